@@ -1,0 +1,93 @@
+"""The ledger's public surface: plain data that other apps may import.
+
+Other apps never touch ``ledger.models``; they receive these frozen dataclasses from the
+ledger's selectors and services.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# A JSON value as produced by ``json.loads``.
+JSON = Any
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """One stored ledger message (SPEC §1.1), detached from the ORM.
+
+    ``content`` is the content object exactly as stored: it may hold ``text`` (a string) and
+    ``data`` (any JSON value, including ``0``, ``false`` or ``{}``); a missing key means the field
+    was never given. ``content`` is ``{}`` when the message has neither.
+    """
+
+    id: str
+    cluster_id: str
+    sequence: int
+    timestamp: int
+    topic: str
+    sender: str
+    receiver: str = "broadcast"
+    content: dict[str, JSON] = field(default_factory=dict)
+    metadata: JSON = None
+
+    @property
+    def text(self) -> str | None:
+        value = self.content.get("text")
+        return value if isinstance(value, str) else None
+
+    @property
+    def data(self) -> JSON:
+        return self.content.get("data")
+
+    def to_wire(self) -> dict[str, JSON]:
+        """The JSON shape of the API, the websocket and exports (SPEC §1.1)."""
+        wire: dict[str, JSON] = {
+            "id": self.id,
+            "sequence": str(self.sequence),
+            "timestamp": self.timestamp,
+            "cluster_id": self.cluster_id,
+            "topic": self.topic,
+            "sender": self.sender,
+            "receiver": self.receiver,
+        }
+        if self.content:
+            wire["content"] = dict(self.content)
+        wire["metadata"] = self.metadata
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    """One cluster (SPEC §1.2), detached from the ORM."""
+
+    id: str
+    created_at: int
+    state: str
+    config: dict[str, JSON]
+    template: str | None = None
+    params: dict[str, JSON] = field(default_factory=dict)
+    message_count: int = 0
+    last_sequence: int = 0
+    last_activity: int | None = None
+
+    @property
+    def agents(self) -> list[dict[str, JSON]]:
+        agents = self.config.get("agents") if isinstance(self.config, dict) else None
+        return [a for a in agents if isinstance(a, dict)] if isinstance(agents, list) else []
+
+
+def replay_allowed(*, topic: str, content: dict[str, JSON] | None, metadata: JSON) -> bool:
+    """The replay policy (SPEC §1.5): may this message enter an agent's context?"""
+    if isinstance(metadata, dict) and isinstance(metadata.get("contextSafe"), bool):
+        return bool(metadata["contextSafe"])
+    data = content.get("data") if isinstance(content, dict) else None
+    if isinstance(data, dict) and isinstance(data.get("contextSafe"), bool):
+        return bool(data["contextSafe"])
+    policy = metadata.get("replayPolicy") if isinstance(metadata, dict) else None
+    if policy == "raw_log_only":
+        return False
+    if policy == "context":
+        return True
+    return topic != "AGENT_OUTPUT"
