@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ContextConfig(AppConfig):
+    name = "context"
+    verbose_name = "Context engine"

@@ -1,0 +1,158 @@
+"""The message bus (SPEC §1.4): in-process subscribers and live pushes, after commit.
+
+This module is the only caller of the channel layer. Services write inside
+``bus.ordered_commit(cluster_id)`` and hand their stored messages to
+``bus.deliver_on_commit``; delivery then happens once the transaction has committed:
+
+- in commit order: the commit and the hand-over to the delivery queue happen under one lock per
+  cluster, so the queue holds messages in the order their transactions committed;
+- subscribers that take every message run before topic subscribers;
+- a subscriber that raises is logged and changes nothing for the publisher or the others;
+- each message is pushed to the cluster's channel group; a dead channel layer is logged too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from ledger.interfaces import MessageRecord
+
+logger = logging.getLogger(__name__)
+
+Subscriber = Callable[[MessageRecord], None]
+GROUP_EVENT_TYPE = "ledger.message"
+_LOCK_STRIPES = 64
+
+
+def cluster_group(cluster_id: str) -> str:
+    """The channel-layer group of a cluster; long ids are hashed to fit the layer's name limit."""
+    if len(cluster_id) <= 80:
+        return f"cluster.{cluster_id}"
+    return "cluster.h" + hashlib.sha256(cluster_id.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A handle returned by ``subscribe``; pass it to ``unsubscribe``."""
+
+    id: int
+    callback: Subscriber
+    topics: frozenset[str] | None
+
+
+class MessageBus:
+    """Delivers committed messages to subscribers and live clients, in commit order."""
+
+    def __init__(self) -> None:
+        self._subscriptions: list[Subscription] = []
+        self._ids = itertools.count(1)
+        self._queue: deque[tuple[MessageRecord, ...]] = deque()
+        self._queue_lock = threading.Lock()
+        self._drain_lock = threading.Lock()
+        self._commit_locks = [threading.RLock() for _ in range(_LOCK_STRIPES)]
+        self.push_enabled = True
+
+    def subscribe(
+        self, callback: Subscriber, *, topics: str | Iterable[str] | None = None
+    ) -> Subscription:
+        """Call ``callback`` for every committed message, or only for the given topic(s)."""
+        wanted = frozenset([topics] if isinstance(topics, str) else topics) if topics else None
+        subscription = Subscription(id=next(self._ids), callback=callback, topics=wanted)
+        self._subscriptions = [*self._subscriptions, subscription]
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop a subscription; unknown handles are ignored."""
+        self._subscriptions = [s for s in self._subscriptions if s.id != subscription.id]
+
+    @contextmanager
+    def ordered_commit(self, cluster_id: str) -> Iterator[None]:
+        """Hold the cluster's delivery lock across a write transaction and its commit."""
+        stripe = int(hashlib.blake2s(cluster_id.encode(), digest_size=4).hexdigest(), 16)
+        with self._commit_locks[stripe % _LOCK_STRIPES]:
+            yield
+
+    def deliver_on_commit(self, messages: Sequence[MessageRecord]) -> None:
+        """Queue ``messages`` for delivery once the current transaction commits."""
+        if not messages:
+            return
+        batch = tuple(messages)
+        transaction.on_commit(lambda: self._enqueue(batch))
+
+    def _enqueue(self, batch: tuple[MessageRecord, ...]) -> None:
+        with self._queue_lock:
+            self._queue.append(batch)
+        self.drain()
+
+    def drain(self) -> None:
+        """Deliver everything queued; a thread already delivering picks up what others queue."""
+        while True:
+            if not self._drain_lock.acquire(blocking=False):
+                return
+            try:
+                while True:
+                    with self._queue_lock:
+                        if not self._queue:
+                            break
+                        batch = self._queue.popleft()
+                    self._deliver(batch)
+            finally:
+                self._drain_lock.release()
+            with self._queue_lock:
+                if not self._queue:
+                    return
+
+    def _deliver(self, batch: tuple[MessageRecord, ...]) -> None:
+        subscriptions = self._subscriptions
+        everything = [s for s in subscriptions if s.topics is None]
+        by_topic = [s for s in subscriptions if s.topics is not None]
+        for message in batch:
+            for subscription in everything:
+                self._call(subscription, message)
+            for subscription in by_topic:
+                if subscription.topics is not None and message.topic in subscription.topics:
+                    self._call(subscription, message)
+        if self.push_enabled:
+            self._push(batch)
+
+    @staticmethod
+    def _call(subscription: Subscription, message: MessageRecord) -> None:
+        try:
+            subscription.callback(message)
+        except Exception:
+            logger.exception(
+                "bus subscriber %r failed on %s#%s",
+                subscription.callback,
+                message.cluster_id,
+                message.sequence,
+            )
+
+    @staticmethod
+    def _push(batch: tuple[MessageRecord, ...]) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            send = async_to_sync(layer.group_send)
+            for message in batch:
+                send(
+                    cluster_group(message.cluster_id),
+                    {"type": GROUP_EVENT_TYPE, "message": message.to_wire()},
+                )
+        except Exception:
+            # Live pushes are hints (SPEC §1.4): clients resync with ``after``.
+            logger.exception("live push failed for cluster %s", batch[0].cluster_id)
+
+
+bus = MessageBus()

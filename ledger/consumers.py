@@ -1,0 +1,71 @@
+"""The live stream of a cluster's messages (SPEC §6.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from ledger.bus import cluster_group
+from ledger.keys import ApiKeyIdentity, api_key_authenticate
+from ledger.models import Cluster
+
+# Close codes in the application range (4000-4999) so that clients can tell why.
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+def presented_key(scope: dict[str, Any]) -> str | None:
+    """The API key from the ``key`` query parameter or an ``Authorization: Bearer`` header."""
+    query = parse_qs(scope.get("query_string", b"").decode())
+    if query.get("key"):
+        return query["key"][0]
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode().partition(" ")
+            if scheme.lower() == "bearer" and token:
+                return token.strip()
+    return None
+
+
+@database_sync_to_async
+def _authorise(scope: dict[str, Any], cluster_id: str) -> int:
+    """0 when the client may follow the cluster, else the close code."""
+    user = scope.get("user")
+    identity: ApiKeyIdentity | None = None
+    if user is None or not user.is_authenticated:
+        key = presented_key(scope)
+        identity = api_key_authenticate(plain=key) if key else None
+        if identity is None:
+            return CLOSE_UNAUTHORIZED
+        if not identity.may_access(cluster_id):
+            return CLOSE_FORBIDDEN
+    if not Cluster.objects.filter(pk=cluster_id).exists():
+        return CLOSE_NOT_FOUND
+    return 0
+
+
+class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    """Sends ``{"type": "message", "data": <message>}`` for each new message of one cluster."""
+
+    group: str | None = None
+
+    async def connect(self) -> None:
+        cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
+        refusal = await _authorise(self.scope, cluster_id)
+        if refusal:
+            await self.close(code=refusal)
+            return
+        self.group = cluster_group(cluster_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def ledger_message(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "message", "data": event["message"]})

@@ -1,0 +1,55 @@
+"""API keys for agents: made once, stored as a SHA-256, compared in constant time."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from ledger.models import ApiKey, Cluster
+from zeroshot_web.errors import InvalidInput, NotFound
+
+KEY_PREFIX = "zsk"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyIdentity:
+    """Who is calling: the key's name and the cluster it is limited to, if any."""
+
+    id: int
+    name: str
+    cluster_id: str | None
+
+    def may_access(self, cluster_id: str) -> bool:
+        return self.cluster_id is None or self.cluster_id == cluster_id
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def api_key_create(*, name: str, cluster_id: str | None = None) -> tuple[ApiKeyIdentity, str]:
+    """Make a key; the plain key is returned once and never stored."""
+    if not name.strip():
+        raise InvalidInput("a key needs a name", details={"field": "name"})
+    if cluster_id is not None and not Cluster.objects.filter(pk=cluster_id).exists():
+        raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
+    prefix = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    plain = f"{KEY_PREFIX}_{prefix}_{secret}"
+    key = ApiKey.objects.create(
+        name=name.strip(), prefix=prefix, key_hash=_digest(plain), cluster_id=cluster_id
+    )
+    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id), plain
+
+
+def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
+    """The identity behind a presented key, or ``None`` (one indexed query)."""
+    parts = plain.split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+        return None
+    key = ApiKey.objects.filter(prefix=parts[1]).first()
+    if key is None or not hmac.compare_digest(key.key_hash, _digest(plain)):
+        return None
+    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id)

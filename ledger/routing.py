@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from ledger.consumers import ClusterMessagesConsumer
+
+websocket_urlpatterns = [
+    path("ws/clusters/<str:cluster_id>/", ClusterMessagesConsumer.as_asgi()),
+]

@@ -1,0 +1,135 @@
+"""Reads from the ledger (SPEC §1.3). Every query is bounded and served by an index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from django.db.models import QuerySet
+
+from ledger.interfaces import ClusterRecord, MessageRecord
+from ledger.models import Cluster, Message
+from zeroshot_web.errors import InvalidInput, NotFound
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+Order = Literal["asc", "desc"]
+
+
+def message_record(message: Message, *, cluster_id: str | None = None) -> MessageRecord:
+    """Detach a stored message from the ORM."""
+    return MessageRecord(
+        id=message.message_id,
+        cluster_id=cluster_id or message.cluster_id,
+        sequence=message.sequence,
+        timestamp=message.timestamp,
+        topic=message.topic,
+        sender=message.sender,
+        receiver=message.receiver,
+        content=message.content if isinstance(message.content, dict) else {},
+        metadata=message.metadata,
+    )
+
+
+def cluster_record(cluster: Cluster) -> ClusterRecord:
+    """Detach a cluster from the ORM."""
+    return ClusterRecord(
+        id=cluster.id,
+        created_at=cluster.created_at,
+        state=cluster.state,
+        config=cluster.config if isinstance(cluster.config, dict) else {},
+        template=cluster.template or None,
+        params=cluster.params if isinstance(cluster.params, dict) else {},
+        message_count=cluster.last_sequence,
+        last_sequence=cluster.last_sequence,
+        last_activity=cluster.last_timestamp or None,
+    )
+
+
+def cluster_get(*, cluster_id: str) -> ClusterRecord:
+    """One cluster, or ``NotFound``."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
+    return cluster_record(cluster)
+
+
+def cluster_list(
+    *,
+    search: str = "",
+    state: str = "",
+    only_id: str | None = None,
+    limit: int = 200,
+) -> list[ClusterRecord]:
+    """Clusters, newest first, optionally filtered by id substring and state (one query)."""
+    clusters: QuerySet[Cluster] = Cluster.objects.all()
+    if only_id is not None:
+        clusters = clusters.filter(pk=only_id)
+    if search:
+        clusters = clusters.filter(id__icontains=search)
+    if state:
+        clusters = clusters.filter(state=state)
+    return [cluster_record(c) for c in clusters.order_by("-created_at", "id")[:limit]]
+
+
+def message_query(
+    *,
+    cluster_id: str,
+    topic: str | Sequence[str] | None = None,
+    sender: str | None = None,
+    receiver: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    after: int | None = None,
+    up_to_sequence: int | None = None,
+    limit: int | None = DEFAULT_PAGE,
+    order: Order = "asc",
+) -> list[MessageRecord]:
+    """Messages of one cluster ordered by (timestamp, sequence), filtered as SPEC §1.3 says."""
+    if order not in ("asc", "desc"):
+        raise InvalidInput("order must be asc or desc", details={"field": "order", "value": order})
+    if limit is not None and not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(
+            f"limit must be between 1 and {MAX_PAGE}", details={"field": "limit", "value": limit}
+        )
+    messages = Message.objects.filter(cluster_id=cluster_id)
+    if isinstance(topic, str):
+        messages = messages.filter(topic=topic)
+    elif topic is not None:
+        messages = messages.filter(topic__in=list(topic))
+    if sender is not None:
+        messages = messages.filter(sender=sender)
+    if receiver is not None:
+        messages = messages.filter(receiver=receiver)
+    if since is not None:
+        messages = messages.filter(timestamp__gte=since)
+    if until is not None:
+        messages = messages.filter(timestamp__lte=until)
+    if after is not None:
+        messages = messages.filter(sequence__gt=after)
+    if up_to_sequence is not None:
+        messages = messages.filter(sequence__lte=up_to_sequence)
+    ordering = ("timestamp", "sequence") if order == "asc" else ("-timestamp", "-sequence")
+    messages = messages.order_by(*ordering)
+    if limit is not None:
+        messages = messages[:limit]
+    return [message_record(m, cluster_id=cluster_id) for m in messages]
+
+
+def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
+    """One message by its id, or ``NotFound``."""
+    message = Message.objects.filter(cluster_id=cluster_id, message_id=message_id).first()
+    if message is None:
+        raise NotFound(
+            f"message {message_id!r} does not exist in cluster {cluster_id!r}",
+            details={"message_id": message_id},
+        )
+    return message_record(message, cluster_id=cluster_id)
+
+
+def message_tail(*, cluster_id: str, after: int, limit: int = DEFAULT_PAGE) -> list[MessageRecord]:
+    """The cursor for tailing: messages with a sequence above ``after``, in sequence order."""
+    messages = Message.objects.filter(cluster_id=cluster_id, sequence__gt=after).order_by(
+        "sequence"
+    )[:limit]
+    return [message_record(m, cluster_id=cluster_id) for m in messages]

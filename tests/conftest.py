@@ -1,0 +1,62 @@
+"""Fixtures shared by every test module: small helpers, no shared data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from ledger.bus import bus
+from ledger.keys import api_key_create
+from ledger.services import cluster_create
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_subscribers() -> Iterator[None]:
+    """Subscriptions made by one test never leak into the next."""
+    before = list(bus._subscriptions)
+    yield
+    bus._subscriptions = before
+
+
+class ApiClient:
+    """Django's test client with a bearer key and JSON bodies."""
+
+    def __init__(self, key: str) -> None:
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {key}"}
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.client.get(path, params, headers=self.headers)
+
+    def post(self, path: str, body: Any = None, *, raw: str | None = None) -> Any:
+        import json
+
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.post(
+            path, data=data, content_type="application/json", headers=self.headers
+        )
+
+
+@pytest.fixture
+def api_key(db: None) -> str:
+    _, plain = api_key_create(name="test-agent")
+    return plain
+
+
+@pytest.fixture
+def api(api_key: str) -> ApiClient:
+    return ApiClient(api_key)
+
+
+@pytest.fixture
+def cluster(db: None) -> str:
+    return cluster_create(cluster_id="test-cluster").id
