@@ -320,3 +320,67 @@ def cluster_create(
             continue
         return cluster_record(cluster)
     raise Conflict("could not find a free cluster id; give one explicitly")
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedMessage:
+    """A message from another ledger: its id and timestamp are kept as they are."""
+
+    id: str
+    timestamp: int
+    topic: str
+    sender: str
+    receiver: str
+    content: dict[str, JSON]
+    metadata: JSON
+
+
+def message_import_batch(
+    *, cluster_id: str, messages: Sequence[ImportedMessage]
+) -> list[MessageRecord]:
+    """Append messages that keep their ids and timestamps; ids already present are skipped.
+
+    Imports take the source's values as they are (SPEC §1.1): no topic or size checks, no
+    timestamp adjustment. Sequences follow the order given. Returns the newly stored messages.
+    """
+    if not messages:
+        return []
+    with bus.ordered_commit(cluster_id), transaction.atomic():
+        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+        if cluster is None:
+            raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
+        ids = [m.id for m in messages]
+        present = set(
+            Message.objects.filter(cluster=cluster, message_id__in=ids).values_list(
+                "message_id", flat=True
+            )
+        )
+        fresh: list[ImportedMessage] = []
+        for message in messages:
+            if message.id not in present:
+                present.add(message.id)
+                fresh.append(message)
+        if not fresh:
+            return []
+        rows = [
+            Message(
+                cluster=cluster,
+                message_id=m.id,
+                sequence=cluster.last_sequence + offset + 1,
+                timestamp=m.timestamp,
+                topic=m.topic,
+                sender=m.sender,
+                receiver=m.receiver,
+                content=m.content,
+                metadata=m.metadata,
+                replayable=replay_allowed(topic=m.topic, content=m.content, metadata=m.metadata),
+            )
+            for offset, m in enumerate(fresh)
+        ]
+        Message.objects.bulk_create(rows)
+        cluster.last_sequence += len(rows)
+        cluster.last_timestamp = max(cluster.last_timestamp, *(r.timestamp for r in rows))
+        cluster.save(update_fields=["last_sequence", "last_timestamp"])
+        records = [message_record(row, cluster_id=cluster_id) for row in rows]
+        bus.deliver_on_commit(records)
+        return records

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from ledger.keys import api_key_authenticate
+from ledger.models import ApiKey, Cluster, Message
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_api_key_prints_the_key_once_on_the_last_line(cluster: str) -> None:
+    out, err = StringIO(), StringIO()
+
+    call_command("create_api_key", "pool-1", "--cluster", cluster, stdout=out, stderr=err)
+
+    plain = out.getvalue().strip().splitlines()[-1]
+    identity = api_key_authenticate(plain=plain)
+    assert identity is not None
+    assert identity.cluster_id == cluster
+    stored = ApiKey.objects.get()
+    assert plain not in (stored.key_hash, stored.prefix)
+    assert len(stored.key_hash) == 64
+
+
+def test_create_api_key_for_unknown_cluster_fails_clearly(db: None) -> None:
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("create_api_key", "x", "--cluster", "missing", stdout=StringIO(), stderr=StringIO())
+    assert ApiKey.objects.count() == 0
+
+
+def test_demo_fills_an_empty_database_once(db: None) -> None:
+    call_command("demo", stdout=StringIO())
+    clusters = Cluster.objects.count()
+    messages = Message.objects.count()
+
+    call_command("demo", stdout=StringIO())
+
+    assert clusters >= 3
+    assert messages >= 30
+    assert Cluster.objects.count() == clusters
+    topics = set(Message.objects.values_list("topic", flat=True))
+    assert {"ISSUE_OPENED", "PLAN_READY", "WORKER_PROGRESS", "VALIDATION_RESULT", "AGENT_LIFECYCLE"} <= topics
+    assert set(Cluster.objects.values_list("state", flat=True)) >= {"running", "completed"}

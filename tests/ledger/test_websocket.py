@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import channel_layers
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+
+from ledger.keys import api_key_create
+from ledger.services import MessageDraft, cluster_create, message_publish
+from tests.conftest import ApiClient
+from zeroshot_web.asgi import application
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+async def connect(path: str, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[WebsocketCommunicator, bool, Any]:
+    communicator = WebsocketCommunicator(application, path, headers=headers or [])
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+def test_client_receives_messages_of_its_cluster_only(cluster: str, api_key: str, api: ApiClient) -> None:
+    other = cluster_create(cluster_id="other").id
+
+    async def scenario() -> tuple[dict[str, Any], bool]:
+        mine, ok_mine, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}")
+        theirs, ok_theirs, _ = await connect(f"/ws/clusters/{other}/?key={api_key}")
+        assert ok_mine and ok_theirs
+        response = await database_sync_to_async(api.post)(
+            f"/api/v1/clusters/{cluster}/messages",
+            {"topic": "PLAN_READY", "sender": "planner", "content": {"text": "hello"}},
+        )
+        assert response.status_code == 201
+        event = await mine.receive_json_from(timeout=5)
+        nothing = await theirs.receive_nothing(timeout=0.3)
+        await mine.disconnect()
+        await theirs.disconnect()
+        return event, nothing
+
+    event, nothing = asyncio.run(scenario())
+
+    assert event["type"] == "message"
+    assert event["data"]["topic"] == "PLAN_READY"
+    assert event["data"]["sequence"] == "1"
+    assert event["data"]["content"] == {"text": "hello"}
+    assert nothing is True
+
+
+def test_messages_arrive_in_sequence_order(cluster: str, api_key: str) -> None:
+    async def scenario() -> list[str]:
+        client, ok, _ = await connect(f"/ws/clusters/{cluster}/", [(b"authorization", f"Bearer {api_key}".encode())])
+        assert ok
+        for i in range(5):
+            await database_sync_to_async(message_publish)(
+                cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", content={"text": str(i)})
+            )
+        got = [(await client.receive_json_from(timeout=5))["data"]["sequence"] for _ in range(5)]
+        await client.disconnect()
+        return got
+
+    assert asyncio.run(scenario()) == ["1", "2", "3", "4", "5"]
+
+
+def test_anonymous_and_bad_keys_are_refused(cluster: str) -> None:
+    async def scenario() -> list[tuple[bool, Any]]:
+        results = []
+        for path in (f"/ws/clusters/{cluster}/", f"/ws/clusters/{cluster}/?key=zsk_nope_nope"):
+            client, ok, code = await connect(path)
+            results.append((ok, code))
+        return results
+
+    assert asyncio.run(scenario()) == [(False, 4401), (False, 4401)]
+
+
+def test_scoped_key_is_refused_on_other_clusters_and_unknown_cluster(cluster: str) -> None:
+    other = cluster_create(cluster_id="other").id
+    _, scoped = api_key_create(name="scoped", cluster_id=cluster)
+    _, unscoped = api_key_create(name="all")
+
+    async def scenario() -> list[tuple[bool, Any]]:
+        results = []
+        for path in (
+            f"/ws/clusters/{other}/?key={scoped}",
+            f"/ws/clusters/{cluster}/?key={scoped}",
+            f"/ws/clusters/missing/?key={unscoped}",
+        ):
+            client, ok, code = await connect(path)
+            results.append((ok, code))
+            if ok:
+                await client.disconnect()
+        return results
+
+    assert asyncio.run(scenario()) == [(False, 4403), (True, None), (False, 4404)]
+
+
+def test_signed_in_operator_session_is_accepted(cluster: str) -> None:
+    get_user_model().objects.create_user("operator", password="pw-for-tests-only")
+    browser = Client()
+    assert browser.login(username="operator", password="pw-for-tests-only")
+    cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()
+
+    async def scenario() -> bool:
+        client, ok, _ = await connect(
+            f"/ws/clusters/{cluster}/", [(b"cookie", cookie), (b"origin", b"http://localhost")]
+        )
+        if ok:
+            await client.disconnect()
+        return ok
+
+    assert asyncio.run(scenario()) is True
+
+
+def test_browser_from_a_foreign_origin_is_refused(cluster: str, api_key: str) -> None:
+    async def scenario() -> bool:
+        _, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}", [(b"origin", b"http://evil.example")])
+        return ok
+
+    assert asyncio.run(scenario()) is False
+
+
+@override_settings(
+    CHANNEL_LAYERS={
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+)
+def test_pushes_travel_through_the_real_redis_layer(cluster: str, api_key: str) -> None:
+    channel_layers.backends.pop("default", None)
+    try:
+        async def scenario() -> dict[str, Any]:
+            client, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}")
+            assert ok
+            await database_sync_to_async(message_publish)(
+                cluster_id=cluster, draft=MessageDraft(topic="VIA_REDIS", sender="s")
+            )
+            event = await client.receive_json_from(timeout=5)
+            await client.disconnect()
+            return event
+
+        from channels.layers import get_channel_layer
+
+        assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
+        assert asyncio.run(scenario())["data"]["topic"] == "VIA_REDIS"
+    finally:
+        channel_layers.backends.pop("default", None)
