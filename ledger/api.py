@@ -143,15 +143,13 @@ def scoped_cluster(request: HttpRequest) -> str | None:
 
 
 @router.get("/clusters", response=list[ClusterOut], summary="List clusters")
-def clusters_list(
-    request: HttpRequest, search: str = "", state: str = ""
-) -> list[dict[str, Any]]:
+def clusters_list(request: HttpRequest, search: str = "", state: str = "") -> list[dict[str, Any]]:
     records = selectors.cluster_list(search=search, state=state, only_id=scoped_cluster(request))
     return [cluster_out(r) for r in records]
 
 
 @router.post("/clusters", response={201: ClusterDetailOut}, summary="Create a cluster")
-def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status:
+def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[Any]:
     if scoped_cluster(request) is not None:
         raise Forbidden("a key limited to one cluster cannot create clusters")
     record = services.cluster_create(
@@ -176,7 +174,7 @@ def clusters_get(request: HttpRequest, cluster_id: str) -> dict[str, Any]:
     summary="Publish one message",
     exclude_unset=True,
 )
-def messages_publish(request: HttpRequest, cluster_id: str, payload: MessageIn) -> Status:
+def messages_publish(request: HttpRequest, cluster_id: str, payload: MessageIn) -> Status[Any]:
     require_cluster(request, cluster_id)
     record = services.message_publish(cluster_id=cluster_id, draft=payload.draft())
     return Status(201, message_out(record))
@@ -188,7 +186,7 @@ def messages_publish(request: HttpRequest, cluster_id: str, payload: MessageIn) 
     summary="Publish messages atomically",
     exclude_unset=True,
 )
-def messages_publish_batch(request: HttpRequest, cluster_id: str, payload: BatchIn) -> Status:
+def messages_publish_batch(request: HttpRequest, cluster_id: str, payload: BatchIn) -> Status[Any]:
     require_cluster(request, cluster_id)
     records = services.message_publish_batch(
         cluster_id=cluster_id, drafts=[m.draft() for m in payload.messages]

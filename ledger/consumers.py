@@ -22,17 +22,16 @@ def presented_key(scope: dict[str, Any]) -> str | None:
     """The API key from the ``key`` query parameter or an ``Authorization: Bearer`` header."""
     query = parse_qs(scope.get("query_string", b"").decode())
     if query.get("key"):
-        return query["key"][0]
+        return str(query["key"][0])
     for name, value in scope.get("headers", []):
         if name.lower() == b"authorization":
             scheme, _, token = value.decode().partition(" ")
             if scheme.lower() == "bearer" and token:
-                return token.strip()
+                return str(token).strip()
     return None
 
 
-@database_sync_to_async
-def _authorise(scope: dict[str, Any], cluster_id: str) -> int:
+def _authorise_sync(scope: dict[str, Any], cluster_id: str) -> int:
     """0 when the client may follow the cluster, else the close code."""
     user = scope.get("user")
     identity: ApiKeyIdentity | None = None
@@ -46,6 +45,9 @@ def _authorise(scope: dict[str, Any], cluster_id: str) -> int:
     if not Cluster.objects.filter(pk=cluster_id).exists():
         return CLOSE_NOT_FOUND
     return 0
+
+
+_authorise = database_sync_to_async(_authorise_sync)
 
 
 class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]

@@ -32,8 +32,8 @@ class Cluster(models.Model):
     last_timestamp = models.BigIntegerField(default=0)
 
     class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["state", "-created_at"], name="cluster_state_created")]
+        ordering = ("-created_at",)
+        indexes = (models.Index(fields=["state", "-created_at"], name="cluster_state_created"),)
 
     def __str__(self) -> str:
         return self.id
@@ -56,20 +56,23 @@ class Message(models.Model):
     # The replay policy (SPEC §1.5) depends only on the message, so it is computed once at write
     # time; context selection filters on it inside an index instead of in Python.
     replayable = models.BooleanField(default=True)
-    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # NULL, not "": the unique constraint on keys must ignore messages without one.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     body_hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "sequence"], name="message_cluster_sequence"),
+        constraints = (
+            models.UniqueConstraint(
+                fields=["cluster", "sequence"], name="message_cluster_sequence"
+            ),
             models.UniqueConstraint(fields=["cluster", "message_id"], name="message_cluster_id"),
             models.UniqueConstraint(
                 fields=["cluster", "idempotency_key"],
                 condition=models.Q(idempotency_key__isnull=False),
                 name="message_cluster_idempotency",
             ),
-        ]
-        indexes = [
+        )
+        indexes = (
             # Queries (SPEC §1.3) order by (timestamp, sequence) inside one cluster.
             models.Index(fields=["cluster", "timestamp", "sequence"], name="msg_cluster_time"),
             models.Index(
@@ -88,7 +91,7 @@ class Message(models.Model):
                 fields=["cluster", "topic", "sender", "replayable", "timestamp", "sequence"],
                 name="msg_context_topic_sender",
             ),
-        ]
+        )
 
     def __str__(self) -> str:
         return f"{self.cluster_id}#{self.sequence} {self.topic}"

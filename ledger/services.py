@@ -69,7 +69,7 @@ def _json_size(value: JSON) -> int:
 
 
 def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> None:
-    """Check one draft against SPEC §1.1; raise ``InvalidInput`` or ``TooLarge`` naming the field."""
+    """Check a draft against SPEC §1.1; raise ``InvalidInput`` or ``TooLarge`` naming the field."""
 
     def where(field_name: str) -> dict[str, Any]:
         return {"field": field_name} if index is None else {"index": index, "field": field_name}
@@ -100,7 +100,8 @@ def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> Non
             details=where("idempotency_key"),
         )
     if draft.timestamp is not None and (
-        isinstance(draft.timestamp, bool) or not isinstance(draft.timestamp, int)
+        isinstance(draft.timestamp, bool)
+        or not isinstance(draft.timestamp, int)
         or draft.timestamp < 0
     ):
         raise InvalidInput(
@@ -115,13 +116,18 @@ def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> Non
         )
     text = draft.content.get("text")
     if text is not None and not isinstance(text, str):
-        raise InvalidInput(f"{prefix('content.text')} must be a string", details=where("content.text"))
+        raise InvalidInput(
+            f"{prefix('content.text')} must be a string", details=where("content.text")
+        )
     if isinstance(text, str) and len(text.encode()) > settings.LEDGER_MAX_TEXT_BYTES:
         raise TooLarge(
             f"{prefix('content.text')} is larger than {settings.LEDGER_MAX_TEXT_BYTES} bytes",
             details=where("content.text"),
         )
-    if "data" in draft.content and _json_size(draft.content["data"]) > settings.LEDGER_MAX_JSON_BYTES:
+    if (
+        "data" in draft.content
+        and _json_size(draft.content["data"]) > settings.LEDGER_MAX_JSON_BYTES
+    ):
         raise TooLarge(
             f"{prefix('content.data')} is larger than {settings.LEDGER_MAX_JSON_BYTES} bytes "
             "serialised",
@@ -129,7 +135,8 @@ def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> Non
         )
     if _json_size(draft.metadata) > settings.LEDGER_MAX_JSON_BYTES:
         raise TooLarge(
-            f"{prefix('metadata')} is larger than {settings.LEDGER_MAX_JSON_BYTES} bytes serialised",
+            f"{prefix('metadata')} is larger than {settings.LEDGER_MAX_JSON_BYTES} bytes "
+            "serialised",
             details=where("metadata"),
         )
 
@@ -173,7 +180,10 @@ def _store(*, cluster_id: str, drafts: Sequence[MessageDraft]) -> list[MessageRe
     hashes = [d.body_hash() if d.idempotency_key is not None else "" for d in drafts]
     keys = {d.idempotency_key for d in drafts if d.idempotency_key is not None}
     stored_by_key = (
-        {m.idempotency_key: m for m in Message.objects.filter(cluster=cluster, idempotency_key__in=keys)}
+        {
+            m.idempotency_key: m
+            for m in Message.objects.filter(cluster=cluster, idempotency_key__in=keys)
+        }
         if keys
         else {}
     )
@@ -210,7 +220,11 @@ def _store(*, cluster_id: str, drafts: Sequence[MessageDraft]) -> list[MessageRe
         base = max(
             now_ms(),
             cluster.last_timestamp + 1,
-            *(d.timestamp - offset for offset, (_, d, _) in enumerate(fresh) if d.timestamp is not None),
+            *(
+                d.timestamp - offset
+                for offset, (_, d, _) in enumerate(fresh)
+                if d.timestamp is not None
+            ),
         )
         rows = [
             Message(
@@ -257,16 +271,75 @@ def _store(*, cluster_id: str, drafts: Sequence[MessageDraft]) -> list[MessageRe
 
 # A readable id like "emerald-prism-4", in our own words.
 _ADJECTIVES = (
-    "amber", "azure", "bold", "brisk", "calm", "cobalt", "coral", "crimson", "dusty", "eager",
-    "fleet", "frosty", "gentle", "golden", "hidden", "ivory", "jade", "keen", "lunar", "mellow",
-    "misty", "nimble", "olive", "quiet", "rapid", "rustic", "silent", "solar", "steady", "swift",
-    "tidal", "velvet", "vivid", "wild", "woven", "zesty",
+    "amber",
+    "azure",
+    "bold",
+    "brisk",
+    "calm",
+    "cobalt",
+    "coral",
+    "crimson",
+    "dusty",
+    "eager",
+    "fleet",
+    "frosty",
+    "gentle",
+    "golden",
+    "hidden",
+    "ivory",
+    "jade",
+    "keen",
+    "lunar",
+    "mellow",
+    "misty",
+    "nimble",
+    "olive",
+    "quiet",
+    "rapid",
+    "rustic",
+    "silent",
+    "solar",
+    "steady",
+    "swift",
+    "tidal",
+    "velvet",
+    "vivid",
+    "wild",
+    "woven",
+    "zesty",
 )
 _NOUNS = (
-    "anchor", "aurora", "beacon", "canyon", "cedar", "comet", "delta", "ember", "falcon",
-    "fjord", "glacier", "harbor", "heron", "lantern", "maple", "meadow", "nebula", "orbit",
-    "pebble", "prairie", "quartz", "reef", "ridge", "river", "sparrow", "summit", "thicket",
-    "tundra", "valley", "willow", "zephyr",
+    "anchor",
+    "aurora",
+    "beacon",
+    "canyon",
+    "cedar",
+    "comet",
+    "delta",
+    "ember",
+    "falcon",
+    "fjord",
+    "glacier",
+    "harbor",
+    "heron",
+    "lantern",
+    "maple",
+    "meadow",
+    "nebula",
+    "orbit",
+    "pebble",
+    "prairie",
+    "quartz",
+    "reef",
+    "ridge",
+    "river",
+    "sparrow",
+    "summit",
+    "thicket",
+    "tundra",
+    "valley",
+    "willow",
+    "zephyr",
 )
 
 
@@ -292,14 +365,17 @@ def cluster_create(
         )
     if state not in ClusterState.values:
         raise InvalidInput(
-            f"unknown cluster state {state!r}", details={"field": "state", "allowed": ClusterState.values}
+            f"unknown cluster state {state!r}",
+            details={"field": "state", "allowed": ClusterState.values},
         )
     if config is not None and not isinstance(config, Mapping):
         raise InvalidInput("config must be an object", details={"field": "config"})
     config_dict = dict(config or {})
     agents = config_dict.get("agents", [])
     if not isinstance(agents, list) or not all(isinstance(a, dict) for a in agents):
-        raise InvalidInput("config.agents must be a list of objects", details={"field": "config.agents"})
+        raise InvalidInput(
+            "config.agents must be a list of objects", details={"field": "config.agents"}
+        )
     for _ in range(20):
         candidate = cluster_id or cluster_id_generate()
         try:
@@ -348,7 +424,9 @@ def message_import_batch(
     with bus.ordered_commit(cluster_id), transaction.atomic():
         cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
         if cluster is None:
-            raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
+            raise NotFound(
+                f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id}
+            )
         ids = [m.id for m in messages]
         present = set(
             Message.objects.filter(cluster=cluster, message_id__in=ids).values_list(

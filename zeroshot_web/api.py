@@ -62,7 +62,10 @@ def authentication_error(request: HttpRequest, exc: AuthenticationError) -> Http
     return _error(
         request,
         401,
-        {"code": "unauthorized", "message": "a valid API key is required (Authorization: Bearer …)"},
+        {
+            "code": "unauthorized",
+            "message": "a valid API key is required (Authorization: Bearer …)",
+        },
     )
 
 

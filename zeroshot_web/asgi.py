@@ -17,7 +17,6 @@ from django.conf import settings  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
 
 
-
 class BrowserOriginValidator(OriginValidator):  # type: ignore[misc]
     """Checks the Origin of browsers against ALLOWED_HOSTS; lets through clients that send none.
 

@@ -23,7 +23,8 @@ DEBUG = env_bool("DJANGO_DEBUG", default=False)
 # Local runs and tests use a fixed development key; a deployment sets DJANGO_SECRET_KEY.
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "dev-only-insecure-key-zeroshot-web"
 ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    h.strip()
+    for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
     if h.strip()
 ]
 CSRF_TRUSTED_ORIGINS = [

@@ -13,7 +13,9 @@ WORKER_VALIDATOR_AGENTS: list[dict[str, Any]] = [
             {"topic": "ISSUE_OPENED", "action": "execute_task"},
             {"topic": "VALIDATION_RESULT", "action": "execute_task"},
         ],
-        "hooks": {"onComplete": {"action": "publish_message", "config": {"topic": "IMPLEMENTATION_READY"}}},
+        "hooks": {
+            "onComplete": {"action": "publish_message", "config": {"topic": "IMPLEMENTATION_READY"}}
+        },
         "contextStrategy": {
             "maxTokens": 6000,
             "sources": [
@@ -29,7 +31,9 @@ WORKER_VALIDATOR_AGENTS: list[dict[str, Any]] = [
         "role": "validator",
         "prompt": "Check the implementation against every acceptance criterion. Run the tests.",
         "triggers": [{"topic": "IMPLEMENTATION_READY", "action": "execute_task"}],
-        "hooks": {"onComplete": {"action": "publish_message", "config": {"topic": "VALIDATION_RESULT"}}},
+        "hooks": {
+            "onComplete": {"action": "publish_message", "config": {"topic": "VALIDATION_RESULT"}}
+        },
         "jsonSchema": {
             "type": "object",
             "properties": {
@@ -65,7 +69,9 @@ INVESTIGATOR: dict[str, Any] = {
     "role": "investigation",
     "prompt": "Find the root cause of the failure before anyone changes code.",
     "triggers": [{"topic": "ISSUE_OPENED", "action": "execute_task"}],
-    "hooks": {"onComplete": {"action": "publish_message", "config": {"topic": "INVESTIGATION_COMPLETE"}}},
+    "hooks": {
+        "onComplete": {"action": "publish_message", "config": {"topic": "INVESTIGATION_COMPLETE"}}
+    },
     "contextStrategy": {"sources": [{"topic": "ISSUE_OPENED", "priority": "required"}]},
 }
 
@@ -94,42 +100,105 @@ CLUSTERS: list[dict[str, Any]] = [
         "minutes_ago": 95,
         "agents": WORKER_VALIDATOR_AGENTS,
         "messages": [
-            msg("ISSUE_OPENED", "system", "# Rate-limit the login endpoint\n\nRepeated failed logins "
-                "from one address should be slowed down: at most 5 attempts a minute, then HTTP 429 "
-                "with a Retry-After header.", {"title": "Rate-limit the login endpoint", "issue_number": 412},
-                metadata={"source": "github"}),
+            msg(
+                "ISSUE_OPENED",
+                "system",
+                "# Rate-limit the login endpoint\n\nRepeated failed logins "
+                "from one address should be slowed down: at most 5 attempts a minute, "
+                "then HTTP 429 with a Retry-After header.",
+                {"title": "Rate-limit the login endpoint", "issue_number": 412},
+                metadata={"source": "github"},
+            ),
             lifecycle("worker", "STARTED"),
-            msg("WORKER_PROGRESS", "worker", "Added a sliding-window counter keyed by client address.",
-                {"completionStatus": {"canValidate": False, "percentComplete": 40,
-                                      "nextSteps": ["Return 429 with Retry-After", "Write tests"]}}),
+            msg(
+                "WORKER_PROGRESS",
+                "worker",
+                "Added a sliding-window counter keyed by client address.",
+                {
+                    "completionStatus": {
+                        "canValidate": False,
+                        "percentComplete": 40,
+                        "nextSteps": ["Return 429 with Retry-After", "Write tests"],
+                    }
+                },
+            ),
             msg("AGENT_OUTPUT", "worker", "$ pytest -q\n12 passed in 0.84s", {"stream": "stdout"}),
-            msg("WORKER_PROGRESS", "worker", "Login view now answers 429 after the fifth attempt.",
-                {"completionStatus": {"canValidate": True, "percentComplete": 90,
-                                      "nextSteps": ["Write tests"]}}),
-            msg("IMPLEMENTATION_READY", "worker", "Rate limiting is in place: middleware plus tests.",
-                {"filesChanged": ["auth/limits.py", "auth/views.py", "tests/test_limits.py"]}),
+            msg(
+                "WORKER_PROGRESS",
+                "worker",
+                "Login view now answers 429 after the fifth attempt.",
+                {
+                    "completionStatus": {
+                        "canValidate": True,
+                        "percentComplete": 90,
+                        "nextSteps": ["Write tests"],
+                    }
+                },
+            ),
+            msg(
+                "IMPLEMENTATION_READY",
+                "worker",
+                "Rate limiting is in place: middleware plus tests.",
+                {"filesChanged": ["auth/limits.py", "auth/views.py", "tests/test_limits.py"]},
+            ),
             lifecycle("worker", "TASK_COMPLETED"),
             lifecycle("validator", "STARTED"),
-            msg("VALIDATION_RESULT", "validator", "The limit works, but Retry-After is missing.",
-                {"approved": False, "errors": ["No Retry-After header on 429 responses"],
-                 "criteriaResults": [
-                     {"id": "AC1", "status": "PASS", "reason": "Sixth attempt gets 429"},
-                     {"id": "AC2", "status": "FAIL", "reason": "Retry-After header absent"},
-                     {"id": "AC3", "status": "CANNOT_VALIDATE",
-                      "reason": "Load test needs a staging environment"}]}),
+            msg(
+                "VALIDATION_RESULT",
+                "validator",
+                "The limit works, but Retry-After is missing.",
+                {
+                    "approved": False,
+                    "errors": ["No Retry-After header on 429 responses"],
+                    "criteriaResults": [
+                        {"id": "AC1", "status": "PASS", "reason": "Sixth attempt gets 429"},
+                        {"id": "AC2", "status": "FAIL", "reason": "Retry-After header absent"},
+                        {
+                            "id": "AC3",
+                            "status": "CANNOT_VALIDATE",
+                            "reason": "Load test needs a staging environment",
+                        },
+                    ],
+                },
+            ),
             lifecycle("validator", "TASK_COMPLETED"),
-            msg("WORKER_PROGRESS", "worker", "Added Retry-After with the seconds left in the window.",
-                {"completionStatus": {"canValidate": True, "percentComplete": 100, "nextSteps": []}}),
-            msg("IMPLEMENTATION_READY", "worker", "Retry-After is now set on every 429.",
-                {"filesChanged": ["auth/views.py", "tests/test_limits.py"]}),
+            msg(
+                "WORKER_PROGRESS",
+                "worker",
+                "Added Retry-After with the seconds left in the window.",
+                {
+                    "completionStatus": {
+                        "canValidate": True,
+                        "percentComplete": 100,
+                        "nextSteps": [],
+                    }
+                },
+            ),
+            msg(
+                "IMPLEMENTATION_READY",
+                "worker",
+                "Retry-After is now set on every 429.",
+                {"filesChanged": ["auth/views.py", "tests/test_limits.py"]},
+            ),
             lifecycle("worker", "TASK_COMPLETED"),
-            msg("VALIDATION_RESULT", "validator", "All criteria that can be checked here pass.",
-                {"approved": True, "errors": [],
-                 "criteriaResults": [
-                     {"id": "AC1", "status": "PASS", "reason": "Sixth attempt gets 429"},
-                     {"id": "AC2", "status": "PASS", "reason": "Retry-After: 42"},
-                     {"id": "AC3", "status": "CANNOT_VALIDATE",
-                      "reason": "Load test needs a staging environment"}]}),
+            msg(
+                "VALIDATION_RESULT",
+                "validator",
+                "All criteria that can be checked here pass.",
+                {
+                    "approved": True,
+                    "errors": [],
+                    "criteriaResults": [
+                        {"id": "AC1", "status": "PASS", "reason": "Sixth attempt gets 429"},
+                        {"id": "AC2", "status": "PASS", "reason": "Retry-After: 42"},
+                        {
+                            "id": "AC3",
+                            "status": "CANNOT_VALIDATE",
+                            "reason": "Load test needs a staging environment",
+                        },
+                    ],
+                },
+            ),
             lifecycle("validator", "TASK_COMPLETED"),
             msg("CLUSTER_COMPLETE", "system", "Validators approved the implementation."),
         ],
@@ -141,24 +210,56 @@ CLUSTERS: list[dict[str, Any]] = [
         "minutes_ago": 12,
         "agents": [PLANNER, *WORKER_VALIDATOR_AGENTS],
         "messages": [
-            msg("ISSUE_OPENED", "system", "# Export invoices as CSV\n\nAccountants want a CSV export of "
-                "the invoices list, with the filters they already use.", {"title": "Export invoices as CSV",
-                                                                          "issue_number": 87}),
+            msg(
+                "ISSUE_OPENED",
+                "system",
+                "# Export invoices as CSV\n\nAccountants want a CSV export of "
+                "the invoices list, with the filters they already use.",
+                {"title": "Export invoices as CSV", "issue_number": 87},
+            ),
             lifecycle("planner", "STARTED"),
-            msg("PLAN_READY", "planner", "Add a CSV renderer to the invoices list view, reuse its "
+            msg(
+                "PLAN_READY",
+                "planner",
+                "Add a CSV renderer to the invoices list view, reuse its "
                 "filter form, stream rows so that large exports stay flat in memory.",
-                {"summary": "Streamed CSV export reusing the list filters",
-                 "acceptanceCriteria": [
-                     {"id": "AC1", "priority": "MUST", "criterion": "Export honours the active filters"},
-                     {"id": "AC2", "priority": "MUST", "criterion": "Amounts keep two decimals"},
-                     {"id": "AC3", "priority": "SHOULD", "criterion": "10k rows export in under 2 s"}],
-                 "filesAffected": ["invoices/views.py", "invoices/export.py", "tests/test_export.py"]}),
+                {
+                    "summary": "Streamed CSV export reusing the list filters",
+                    "acceptanceCriteria": [
+                        {
+                            "id": "AC1",
+                            "priority": "MUST",
+                            "criterion": "Export honours the active filters",
+                        },
+                        {"id": "AC2", "priority": "MUST", "criterion": "Amounts keep two decimals"},
+                        {
+                            "id": "AC3",
+                            "priority": "SHOULD",
+                            "criterion": "10k rows export in under 2 s",
+                        },
+                    ],
+                    "filesAffected": [
+                        "invoices/views.py",
+                        "invoices/export.py",
+                        "tests/test_export.py",
+                    ],
+                },
+            ),
             lifecycle("planner", "TASK_COMPLETED"),
             lifecycle("worker", "STARTED"),
-            msg("WORKER_PROGRESS", "worker", "CSV writer streams rows; filters are wired.",
-                {"completionStatus": {"canValidate": False, "percentComplete": 45,
-                                      "nextSteps": ["Format amounts", "Write tests"],
-                                      "blockers": []}}),
+            msg(
+                "WORKER_PROGRESS",
+                "worker",
+                "CSV writer streams rows; filters are wired.",
+                {
+                    "completionStatus": {
+                        "canValidate": False,
+                        "percentComplete": 45,
+                        "nextSteps": ["Format amounts", "Write tests"],
+                        "blockers": [],
+                    }
+                },
+            ),
         ],
     },
     {
@@ -168,20 +269,44 @@ CLUSTERS: list[dict[str, Any]] = [
         "minutes_ago": 240,
         "agents": [INVESTIGATOR, *WORKER_VALIDATOR_AGENTS],
         "messages": [
-            msg("ISSUE_OPENED", "system", "# Nightly sync crashes with KeyError 'currency'\n\n"
-                "Since Tuesday the nightly sync stops half way.", {"title": "Nightly sync crashes"}),
+            msg(
+                "ISSUE_OPENED",
+                "system",
+                "# Nightly sync crashes with KeyError 'currency'\n\n"
+                "Since Tuesday the nightly sync stops half way.",
+                {"title": "Nightly sync crashes"},
+            ),
             lifecycle("investigator", "STARTED"),
-            msg("INVESTIGATION_COMPLETE", "investigator", "Default the currency to the account's "
+            msg(
+                "INVESTIGATION_COMPLETE",
+                "investigator",
+                "Default the currency to the account's "
                 "currency when a supplier omits it, and log the supplier id.",
-                {"rootCauses": ["Supplier feed v3 dropped the currency field"],
-                 "successCriteria": "The nightly sync completes on the recorded Tuesday feed"}),
+                {
+                    "rootCauses": ["Supplier feed v3 dropped the currency field"],
+                    "successCriteria": "The nightly sync completes on the recorded Tuesday feed",
+                },
+            ),
             lifecycle("investigator", "TASK_COMPLETED"),
-            msg("WORKER_PROGRESS", "worker", "Applied the default; replaying the Tuesday feed.",
-                {"completionStatus": {"canValidate": True, "percentComplete": 80,
-                                      "nextSteps": ["Replay feed"]}}),
+            msg(
+                "WORKER_PROGRESS",
+                "worker",
+                "Applied the default; replaying the Tuesday feed.",
+                {
+                    "completionStatus": {
+                        "canValidate": True,
+                        "percentComplete": 80,
+                        "nextSteps": ["Replay feed"],
+                    }
+                },
+            ),
             msg("IMPLEMENTATION_READY", "worker", "Currency defaults to the account's."),
-            msg("VALIDATION_RESULT", "validator", "The replay still fails on a second missing field.",
-                {"approved": False, "errors": ["KeyError 'vat_rate' on line 4411 of the feed"]}),
+            msg(
+                "VALIDATION_RESULT",
+                "validator",
+                "The replay still fails on a second missing field.",
+                {"approved": False, "errors": ["KeyError 'vat_rate' on line 4411 of the feed"]},
+            ),
             msg("CLUSTER_FAILED", "system", "Stopped after the validator found a second defect."),
         ],
     },

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -49,7 +50,9 @@ def test_message_without_content_has_no_content_field(api: ApiClient, cluster: s
 
 
 def test_batch_of_ten_keeps_order_one_ms_apart(api: ApiClient, cluster: str) -> None:
-    messages = [{"topic": "WORKER_PROGRESS", "sender": "w", "content": {"text": str(i)}} for i in range(10)]
+    messages = [
+        {"topic": "WORKER_PROGRESS", "sender": "w", "content": {"text": str(i)}} for i in range(10)
+    ]
 
     response = api.post(f"/api/v1/clusters/{cluster}/messages/batch", {"messages": messages})
 
@@ -58,11 +61,17 @@ def test_batch_of_ten_keeps_order_one_ms_apart(api: ApiClient, cluster: str) -> 
     assert [m["content"]["text"] for m in items] == [str(i) for i in range(10)]
     assert [int(m["sequence"]) for m in items] == list(range(1, 11))
     stamps = [m["timestamp"] for m in items]
-    assert [b - a for a, b in zip(stamps, stamps[1:], strict=False)] == [1] * 9
+    assert [b - a for a, b in itertools.pairwise(stamps)] == [1] * 9
 
 
-def test_batch_with_one_bad_message_is_422_naming_index_and_field(api: ApiClient, cluster: str) -> None:
-    messages = [{"topic": "OK", "sender": "w"}, {"topic": "OK", "sender": "w"}, {"topic": "bad", "sender": "w"}]
+def test_batch_with_one_bad_message_is_422_naming_index_and_field(
+    api: ApiClient, cluster: str
+) -> None:
+    messages = [
+        {"topic": "OK", "sender": "w"},
+        {"topic": "OK", "sender": "w"},
+        {"topic": "bad", "sender": "w"},
+    ]
 
     response = api.post(f"/api/v1/clusters/{cluster}/messages/batch", {"messages": messages})
 
@@ -105,7 +114,9 @@ def test_cluster_scoped_key_gets_403_elsewhere(cluster: str) -> None:
 
     assert scoped.get(f"/api/v1/clusters/{cluster}/messages").status_code == 200
     assert_error(scoped.get(f"/api/v1/clusters/{other}/messages"), 403, "forbidden")
-    assert_error(scoped.post(f"/api/v1/clusters/{other}/messages", {"topic": "T", "sender": "a"}), 403)
+    assert_error(
+        scoped.post(f"/api/v1/clusters/{other}/messages", {"topic": "T", "sender": "a"}), 403
+    )
     assert [c["id"] for c in scoped.get("/api/v1/clusters").json()] == [cluster]
     assert_error(scoped.post("/api/v1/clusters", {}), 403)
     assert Message.objects.count() == 0
@@ -140,7 +151,8 @@ def test_bad_input_gets_the_error_shape_and_stores_nothing(
 @override_settings(LEDGER_MAX_TEXT_BYTES=100)
 def test_oversize_text_is_413(api: ApiClient, cluster: str) -> None:
     response = api.post(
-        f"/api/v1/clusters/{cluster}/messages", {"topic": "T", "sender": "a", "content": {"text": "x" * 101}}
+        f"/api/v1/clusters/{cluster}/messages",
+        {"topic": "T", "sender": "a", "content": {"text": "x" * 101}},
     )
 
     body = assert_error(response, 413, "too_large")
@@ -204,15 +216,22 @@ def test_openapi_is_served(api: ApiClient) -> None:
 
 
 def test_list_endpoints_have_pinned_query_counts(
-    api: ApiClient, cluster: str, django_assert_num_queries  # type: ignore[no-untyped-def]
+    api: ApiClient,
+    cluster: str,
+    django_assert_num_queries,  # type: ignore[no-untyped-def]
 ) -> None:
     for i in range(30):
         cluster_create(cluster_id=f"c{i}")
-    api.post(f"/api/v1/clusters/{cluster}/messages/batch", {"messages": [{"topic": "T", "sender": "a"}] * 50})
+    api.post(
+        f"/api/v1/clusters/{cluster}/messages/batch",
+        {"messages": [{"topic": "T", "sender": "a"}] * 50},
+    )
 
     # key lookup + clusters
     with django_assert_num_queries(2):
         assert len(api.get("/api/v1/clusters").json()) == 31
     # key lookup + cluster exists + messages
     with django_assert_num_queries(3):
-        assert len(api.get(f"/api/v1/clusters/{cluster}/messages", limit=1000).json()["items"]) == 50
+        assert (
+            len(api.get(f"/api/v1/clusters/{cluster}/messages", limit=1000).json()["items"]) == 50
+        )

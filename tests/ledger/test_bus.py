@@ -76,9 +76,13 @@ def test_nothing_is_delivered_before_commit_or_after_rollback(cluster: str) -> N
         assert seen == []
     assert seen == [1]
 
-    with pytest.raises(RuntimeError), transaction.atomic():
-        message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
-        raise RuntimeError("abort")
+    def publish_then_fail() -> None:
+        with transaction.atomic():
+            message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
+            raise RuntimeError("abort")
+
+    with pytest.raises(RuntimeError):
+        publish_then_fail()
     assert seen == [1]
 
 
@@ -87,7 +91,9 @@ def test_a_subscriber_may_publish_and_its_message_follows(cluster: str) -> None:
 
     def echo(message: MessageRecord) -> None:
         if message.topic == "PING":
-            message_publish(cluster_id=message.cluster_id, draft=MessageDraft(topic="PONG", sender="echo"))
+            message_publish(
+                cluster_id=message.cluster_id, draft=MessageDraft(topic="PONG", sender="echo")
+            )
 
     bus.subscribe(echo, topics="PING")
     bus.subscribe(lambda m: seen.append(m.topic))

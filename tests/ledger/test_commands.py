@@ -27,7 +27,9 @@ def test_create_api_key_prints_the_key_once_on_the_last_line(cluster: str) -> No
 
 def test_create_api_key_for_unknown_cluster_fails_clearly(db: None) -> None:
     with pytest.raises(CommandError, match="does not exist"):
-        call_command("create_api_key", "x", "--cluster", "missing", stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "create_api_key", "x", "--cluster", "missing", stdout=StringIO(), stderr=StringIO()
+        )
     assert ApiKey.objects.count() == 0
 
 
@@ -42,5 +44,11 @@ def test_demo_fills_an_empty_database_once(db: None) -> None:
     assert messages >= 30
     assert Cluster.objects.count() == clusters
     topics = set(Message.objects.values_list("topic", flat=True))
-    assert {"ISSUE_OPENED", "PLAN_READY", "WORKER_PROGRESS", "VALIDATION_RESULT", "AGENT_LIFECYCLE"} <= topics
+    assert {
+        "ISSUE_OPENED",
+        "PLAN_READY",
+        "WORKER_PROGRESS",
+        "VALIDATION_RESULT",
+        "AGENT_LIFECYCLE",
+    } <= topics
     assert set(Cluster.objects.values_list("state", flat=True)) >= {"running", "completed"}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -33,9 +34,11 @@ def test_concurrent_publishers_get_gapless_unique_sequences(cluster: str) -> Non
             for i in range(PER_THREAD):
                 message_publish(
                     cluster_id=cluster,
-                    draft=MessageDraft(topic="WORKER_PROGRESS", sender=f"w{n}", content={"text": str(i)}),
+                    draft=MessageDraft(
+                        topic="WORKER_PROGRESS", sender=f"w{n}", content={"text": str(i)}
+                    ),
                 )
-        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as error:
             errors.append(error)
         finally:
             connection.close()
@@ -47,15 +50,21 @@ def test_concurrent_publishers_get_gapless_unique_sequences(cluster: str) -> Non
         thread.join()
 
     assert errors == []
-    rows = list(Message.objects.filter(cluster_id=cluster).order_by("sequence").values_list("sequence", "timestamp"))
+    rows = list(
+        Message.objects.filter(cluster_id=cluster)
+        .order_by("sequence")
+        .values_list("sequence", "timestamp")
+    )
     assert len(rows) == THREADS * PER_THREAD
     assert [s for s, _ in rows] == list(range(1, THREADS * PER_THREAD + 1))
     timestamps = [t for _, t in rows]
-    assert all(b > a for a, b in zip(timestamps, timestamps[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(timestamps))
     # Each thread's own messages keep their order, and delivery followed commit order.
     for n in range(THREADS):
         texts = list(
-            Message.objects.filter(cluster_id=cluster, sender=f"w{n}").order_by("sequence").values_list("content", flat=True)
+            Message.objects.filter(cluster_id=cluster, sender=f"w{n}")
+            .order_by("sequence")
+            .values_list("content", flat=True)
         )
         assert [c["text"] for c in texts] == [str(i) for i in range(PER_THREAD)]
     assert delivered == list(range(1, THREADS * PER_THREAD + 1))

@@ -31,18 +31,28 @@ def test_filters_by_topic_sender_and_receiver(cluster: str, ledger: list[int]) -
     assert sequences(message_query(cluster_id=cluster, topic="PLAN_READY")) == [1, 4]
     assert sequences(message_query(cluster_id=cluster, sender="worker")) == [2, 3]
     assert sequences(message_query(cluster_id=cluster, receiver="validator")) == [3]
-    assert sequences(message_query(cluster_id=cluster, topic="WORKER_PROGRESS", sender="other")) == [5]
-    assert sequences(message_query(cluster_id=cluster, topic=["PLAN_READY", "VALIDATION_RESULT"])) == [1, 4, 6]
+    assert sequences(
+        message_query(cluster_id=cluster, topic="WORKER_PROGRESS", sender="other")
+    ) == [5]
+    assert sequences(
+        message_query(cluster_id=cluster, topic=["PLAN_READY", "VALIDATION_RESULT"])
+    ) == [1, 4, 6]
 
 
 def test_since_and_until_are_inclusive(cluster: str, ledger: list[int]) -> None:
-    assert sequences(message_query(cluster_id=cluster, since=ledger[2], until=ledger[4])) == [3, 4, 5]
+    assert sequences(message_query(cluster_id=cluster, since=ledger[2], until=ledger[4])) == [
+        3,
+        4,
+        5,
+    ]
 
 
 def test_after_order_and_limit(cluster: str, ledger: list[int]) -> None:
     assert sequences(message_query(cluster_id=cluster, after=4)) == [5, 6]
     assert sequences(message_query(cluster_id=cluster, order="desc", limit=2)) == [6, 5]
-    assert sequences(message_query(cluster_id=cluster, topic="WORKER_PROGRESS", order="desc", limit=1)) == [5]
+    assert sequences(
+        message_query(cluster_id=cluster, topic="WORKER_PROGRESS", order="desc", limit=1)
+    ) == [5]
 
 
 def test_tailing_cursor_reads_pages_without_gaps(cluster: str, ledger: list[int]) -> None:
@@ -83,7 +93,9 @@ def test_cluster_list_filters_and_counts(db: None) -> None:
 
 
 def test_query_count_does_not_grow_with_results(
-    cluster: str, ledger: list[int], django_assert_num_queries  # type: ignore[no-untyped-def]
+    cluster: str,
+    ledger: list[int],
+    django_assert_num_queries,  # type: ignore[no-untyped-def]
 ) -> None:
     with django_assert_num_queries(1):
         message_query(cluster_id=cluster, limit=1000)

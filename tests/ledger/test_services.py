@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -64,13 +65,16 @@ def test_past_timestamp_is_pulled_up_and_future_one_kept(cluster: str) -> None:
 
 
 def test_batch_keeps_order_with_timestamps_one_ms_apart(cluster: str) -> None:
-    drafts = [MessageDraft(topic="WORKER_PROGRESS", sender="w", content={"text": str(i)}) for i in range(10)]
+    drafts = [
+        MessageDraft(topic="WORKER_PROGRESS", sender="w", content={"text": str(i)})
+        for i in range(10)
+    ]
 
     records = message_publish_batch(cluster_id=cluster, drafts=drafts)
 
     assert [r.text for r in records] == [str(i) for i in range(10)]
     assert [r.sequence for r in records] == list(range(1, 11))
-    assert [b.timestamp - a.timestamp for a, b in zip(records, records[1:], strict=False)] == [1] * 9
+    assert [b.timestamp - a.timestamp for a, b in itertools.pairwise(records)] == [1] * 9
 
 
 def test_batch_with_one_invalid_message_stores_nothing(cluster: str) -> None:
@@ -132,7 +136,8 @@ def test_batch_retry_with_keys_stores_nothing_new(cluster: str) -> None:
 def test_oversize_text_is_refused(cluster: str) -> None:
     with pytest.raises(TooLarge):
         message_publish(
-            cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", content={"text": "x" * 11})
+            cluster_id=cluster,
+            draft=MessageDraft(topic="T", sender="a", content={"text": "x" * 11}),
         )
     assert Message.objects.count() == 0
 
@@ -152,9 +157,7 @@ def test_oversize_data_and_metadata_are_refused(cluster: str) -> None:
 @override_settings(LEDGER_MAX_BATCH=3)
 def test_batch_over_the_limit_is_refused(cluster: str) -> None:
     with pytest.raises(TooLarge):
-        message_publish_batch(
-            cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="a")] * 4
-        )
+        message_publish_batch(cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="a")] * 4)
 
 
 @pytest.mark.parametrize(
@@ -180,11 +183,15 @@ def test_malformed_fields_are_named(cluster: str, draft: MessageDraft, field: st
 
 
 def test_publisher_given_id_is_kept_and_unique(cluster: str) -> None:
-    record = message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", id="msg_given"))
+    record = message_publish(
+        cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", id="msg_given")
+    )
     assert record.id == "msg_given"
 
     with pytest.raises(Conflict):
-        message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", id="msg_given"))
+        message_publish(
+            cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", id="msg_given")
+        )
     assert Message.objects.count() == 1
 
 
@@ -195,7 +202,9 @@ def test_publish_to_missing_cluster_is_not_found(db: None) -> None:
 
 def test_content_data_is_kept_exactly(cluster: str) -> None:
     for data in (0, False, None, "", {}, [], {"nested": ["é", 1.5]}):
-        message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", content={"data": data}))
+        message_publish(
+            cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", content={"data": data})
+        )
 
     stored = [m.content for m in message_query(cluster_id=cluster, limit=None)]
 
@@ -203,7 +212,9 @@ def test_content_data_is_kept_exactly(cluster: str) -> None:
 
 
 def test_cluster_complete_moves_the_state(cluster: str) -> None:
-    message_publish(cluster_id=cluster, draft=MessageDraft(topic="CLUSTER_COMPLETE", sender="system"))
+    message_publish(
+        cluster_id=cluster, draft=MessageDraft(topic="CLUSTER_COMPLETE", sender="system")
+    )
 
     assert Cluster.objects.get(pk=cluster).state == "completed"
 

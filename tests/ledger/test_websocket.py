@@ -21,19 +21,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
-async def connect(path: str, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[WebsocketCommunicator, bool, Any]:
+async def connect(
+    path: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[WebsocketCommunicator, bool, Any]:
     communicator = WebsocketCommunicator(application, path, headers=headers or [])
     connected, code = await communicator.connect()
     return communicator, connected, code
 
 
-def test_client_receives_messages_of_its_cluster_only(cluster: str, api_key: str, api: ApiClient) -> None:
+def test_client_receives_messages_of_its_cluster_only(
+    cluster: str, api_key: str, api: ApiClient
+) -> None:
     other = cluster_create(cluster_id="other").id
 
     async def scenario() -> tuple[dict[str, Any], bool]:
         mine, ok_mine, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}")
         theirs, ok_theirs, _ = await connect(f"/ws/clusters/{other}/?key={api_key}")
-        assert ok_mine and ok_theirs
+        assert ok_mine
+        assert ok_theirs
         response = await database_sync_to_async(api.post)(
             f"/api/v1/clusters/{cluster}/messages",
             {"topic": "PLAN_READY", "sender": "planner", "content": {"text": "hello"}},
@@ -56,11 +61,14 @@ def test_client_receives_messages_of_its_cluster_only(cluster: str, api_key: str
 
 def test_messages_arrive_in_sequence_order(cluster: str, api_key: str) -> None:
     async def scenario() -> list[str]:
-        client, ok, _ = await connect(f"/ws/clusters/{cluster}/", [(b"authorization", f"Bearer {api_key}".encode())])
+        client, ok, _ = await connect(
+            f"/ws/clusters/{cluster}/", [(b"authorization", f"Bearer {api_key}".encode())]
+        )
         assert ok
         for i in range(5):
             await database_sync_to_async(message_publish)(
-                cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", content={"text": str(i)})
+                cluster_id=cluster,
+                draft=MessageDraft(topic="T", sender="s", content={"text": str(i)}),
             )
         got = [(await client.receive_json_from(timeout=5))["data"]["sequence"] for _ in range(5)]
         await client.disconnect()
@@ -73,7 +81,7 @@ def test_anonymous_and_bad_keys_are_refused(cluster: str) -> None:
     async def scenario() -> list[tuple[bool, Any]]:
         results = []
         for path in (f"/ws/clusters/{cluster}/", f"/ws/clusters/{cluster}/?key=zsk_nope_nope"):
-            client, ok, code = await connect(path)
+            _, ok, code = await connect(path)
             results.append((ok, code))
         return results
 
@@ -120,7 +128,9 @@ def test_signed_in_operator_session_is_accepted(cluster: str) -> None:
 
 def test_browser_from_a_foreign_origin_is_refused(cluster: str, api_key: str) -> None:
     async def scenario() -> bool:
-        _, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}", [(b"origin", b"http://evil.example")])
+        _, ok, _ = await connect(
+            f"/ws/clusters/{cluster}/?key={api_key}", [(b"origin", b"http://evil.example")]
+        )
         return ok
 
     assert asyncio.run(scenario()) is False
@@ -128,12 +138,16 @@ def test_browser_from_a_foreign_origin_is_refused(cluster: str, api_key: str) ->
 
 @override_settings(
     CHANNEL_LAYERS={
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
     }
 )
 def test_pushes_travel_through_the_real_redis_layer(cluster: str, api_key: str) -> None:
     channel_layers.backends.pop("default", None)
     try:
+
         async def scenario() -> dict[str, Any]:
             client, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}")
             assert ok

@@ -1,0 +1,44 @@
+# The two commands of the README: `make run` and `make test`. Everything else supports them.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PG_URL ?= postgres://postgres@127.0.0.1:5432/test
+REDIS_URL_TEST ?= redis://127.0.0.1:6379/0
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test test-sqlite test-postgres lint chromium bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+## Set up, fill an embedded SQLite database with demo data, serve the dashboard on :8000.
+run: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo
+	DJANGO_DEBUG=1 $(PY) manage.py runserver $(HOST):$(PORT)
+
+## Set up and run the whole suite: lint, then SQLite (with the browser), then PostgreSQL + Redis.
+test: $(STAMP) chromium lint test-sqlite test-postgres
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+
+test-sqlite: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-postgres: $(STAMP)
+	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_URL_TEST) $(PY) -m pytest -q -p no:cacheprovider -m "not browser"
+
+## Debian's Chromium for the browser tests (never a browser download).
+chromium:
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+
+bench: $(STAMP)
+	$(PY) bench/ledger_bench.py
