@@ -95,8 +95,10 @@ def _database() -> dict[str, Any]:
             "timeout": 20,
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
+        # A file, not memory, so that the test suite runs with WAL like production; one per
+        # process so that two test runs never share it.
         config.setdefault("TEST", {})
-        config["TEST"].setdefault("NAME", str(DATA_DIR / "test.sqlite3"))
+        config["TEST"].setdefault("NAME", str(DATA_DIR / f"test-{os.getpid()}.sqlite3"))
     return config
 
 
