@@ -10,8 +10,8 @@ from ninja.responses import Status
 from pydantic import ConfigDict, StrictInt
 
 from ledger import selectors, services
-from ledger.interfaces import ClusterRecord, MessageRecord
 from ledger.keys import ApiKeyIdentity
+from ledger.records import ClusterRecord, MessageRecord
 from zeroshot_web.errors import Forbidden
 
 router = Router(tags=["ledger"])

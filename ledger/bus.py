@@ -26,7 +26,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from ledger.interfaces import MessageRecord
+from ledger.records import MessageRecord
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,8 @@ class Subscription:
     id: int
     callback: Subscriber
     topics: frozenset[str] | None
+    # Imported messages (zeroshot ledgers, demo data) are history, not events to react to.
+    include_imported: bool = True
 
 
 class MessageBus:
@@ -57,18 +59,24 @@ class MessageBus:
     def __init__(self) -> None:
         self._subscriptions: list[Subscription] = []
         self._ids = itertools.count(1)
-        self._queue: deque[tuple[MessageRecord, ...]] = deque()
+        self._queue: deque[tuple[tuple[MessageRecord, ...], bool]] = deque()
         self._queue_lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._commit_locks = [threading.RLock() for _ in range(_LOCK_STRIPES)]
         self.push_enabled = True
 
     def subscribe(
-        self, callback: Subscriber, *, topics: str | Iterable[str] | None = None
+        self,
+        callback: Subscriber,
+        *,
+        topics: str | Iterable[str] | None = None,
+        include_imported: bool = True,
     ) -> Subscription:
         """Call ``callback`` for every committed message, or only for the given topic(s)."""
         wanted = frozenset([topics] if isinstance(topics, str) else topics) if topics else None
-        subscription = Subscription(id=next(self._ids), callback=callback, topics=wanted)
+        subscription = Subscription(
+            id=next(self._ids), callback=callback, topics=wanted, include_imported=include_imported
+        )
         self._subscriptions = [*self._subscriptions, subscription]
         return subscription
 
@@ -83,16 +91,18 @@ class MessageBus:
         with self._commit_locks[stripe % _LOCK_STRIPES]:
             yield
 
-    def deliver_on_commit(self, messages: Sequence[MessageRecord]) -> None:
+    def deliver_on_commit(
+        self, messages: Sequence[MessageRecord], *, imported: bool = False
+    ) -> None:
         """Queue ``messages`` for delivery once the current transaction commits."""
         if not messages:
             return
         batch = tuple(messages)
-        transaction.on_commit(lambda: self._enqueue(batch))
+        transaction.on_commit(lambda: self._enqueue(batch, imported))
 
-    def _enqueue(self, batch: tuple[MessageRecord, ...]) -> None:
+    def _enqueue(self, batch: tuple[MessageRecord, ...], imported: bool) -> None:
         with self._queue_lock:
-            self._queue.append(batch)
+            self._queue.append((batch, imported))
         self.drain()
 
     def drain(self) -> None:
@@ -105,16 +115,16 @@ class MessageBus:
                     with self._queue_lock:
                         if not self._queue:
                             break
-                        batch = self._queue.popleft()
-                    self._deliver(batch)
+                        batch, imported = self._queue.popleft()
+                    self._deliver(batch, imported=imported)
             finally:
                 self._drain_lock.release()
             with self._queue_lock:
                 if not self._queue:
                     return
 
-    def _deliver(self, batch: tuple[MessageRecord, ...]) -> None:
-        subscriptions = self._subscriptions
+    def _deliver(self, batch: tuple[MessageRecord, ...], *, imported: bool) -> None:
+        subscriptions = [s for s in self._subscriptions if s.include_imported or not imported]
         everything = [s for s in subscriptions if s.topics is None]
         by_topic = [s for s in subscriptions if s.topics is not None]
         for message in batch:

@@ -1,7 +1,6 @@
-"""The ledger's public surface: plain data that other apps may import.
+"""Plain records of the ledger, detached from the ORM.
 
-Other apps never touch ``ledger.models``; they receive these frozen dataclasses from the
-ledger's selectors and services.
+Other apps import them through ``ledger.interfaces``; they never touch ``ledger.models``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from typing import Literal
 
 from django.db.models import QuerySet
 
-from ledger.interfaces import ClusterRecord, MessageRecord
 from ledger.models import Cluster, Message
+from ledger.records import ClusterRecord, MessageRecord
 from zeroshot_web.errors import InvalidInput, NotFound
 
 DEFAULT_PAGE = 100
@@ -133,3 +133,88 @@ def message_tail(*, cluster_id: str, after: int, limit: int = DEFAULT_PAGE) -> l
         "sequence"
     )[:limit]
     return [message_record(m, cluster_id=cluster_id) for m in messages]
+
+
+def message_select(
+    *,
+    cluster_id: str,
+    topic: str,
+    sender: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    up_to_sequence: int | None = None,
+    replayable_only: bool = True,
+    newest_first: bool = False,
+    limit: int | None = None,
+) -> list[MessageRecord]:
+    """One context source's rows: a topic (and sender), newest or oldest first, LIMITed.
+
+    Served by ``msg_context_topic`` / ``msg_context_topic_sender``: the cost follows the rows
+    returned, not the size of the ledger.
+    """
+    messages = Message.objects.filter(cluster_id=cluster_id, topic=topic)
+    if sender is not None:
+        messages = messages.filter(sender=sender)
+    if replayable_only:
+        messages = messages.filter(replayable=True)
+    if since is not None:
+        messages = messages.filter(timestamp__gte=since)
+    if until is not None:
+        messages = messages.filter(timestamp__lte=until)
+    if up_to_sequence is not None:
+        messages = messages.filter(sequence__lte=up_to_sequence)
+    ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
+    messages = messages.order_by(*ordering)
+    if limit is not None:
+        messages = messages[:limit]
+    return [message_record(m, cluster_id=cluster_id) for m in messages]
+
+
+def message_latest(
+    *,
+    cluster_id: str,
+    topics: Sequence[str] | None = None,
+    until: int | None = None,
+    up_to_sequence: int | None = None,
+) -> MessageRecord | None:
+    """The newest message of the cluster (or of some topics) up to an as-of point."""
+    messages = Message.objects.filter(cluster_id=cluster_id)
+    if topics:
+        messages = messages.filter(topic__in=list(topics))
+    if until is not None:
+        messages = messages.filter(timestamp__lte=until)
+    if up_to_sequence is not None:
+        messages = messages.filter(sequence__lte=up_to_sequence)
+    newest = messages.order_by("-timestamp", "-sequence").first()
+    return message_record(newest, cluster_id=cluster_id) if newest is not None else None
+
+
+def message_at_sequence(*, cluster_id: str, sequence: int) -> MessageRecord:
+    """The message with a given sequence, or ``NotFound``."""
+    message = Message.objects.filter(cluster_id=cluster_id, sequence=sequence).first()
+    if message is None:
+        raise NotFound(
+            f"cluster {cluster_id!r} has no message with sequence {sequence}",
+            details={"sequence": sequence},
+        )
+    return message_record(message, cluster_id=cluster_id)
+
+
+def lifecycle_event_latest(
+    *, cluster_id: str, agent_id: str, event: str, until: int | None = None
+) -> MessageRecord | None:
+    """The newest ``AGENT_LIFECYCLE`` message of an agent whose ``content.data.event`` matches.
+
+    Walks the agent's lifecycle messages newest first on ``msg_context_topic_sender`` and stops
+    at the first match, so it reads only the events since the last one of that kind.
+    """
+    messages = Message.objects.filter(
+        cluster_id=cluster_id,
+        topic="AGENT_LIFECYCLE",
+        sender=agent_id,
+        content__data__event=event,
+    )
+    if until is not None:
+        messages = messages.filter(timestamp__lte=until)
+    newest = messages.order_by("-timestamp", "-sequence").first()
+    return message_record(newest, cluster_id=cluster_id) if newest is not None else None

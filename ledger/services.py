@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger.bus import bus
-from ledger.interfaces import JSON, ClusterRecord, MessageRecord, replay_allowed
 from ledger.models import Cluster, ClusterState, Message
+from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
 from ledger.selectors import cluster_record, message_record
 from zeroshot_web.errors import Conflict, InvalidInput, NotFound, TooLarge
 
@@ -460,5 +460,15 @@ def message_import_batch(
         cluster.last_timestamp = max(cluster.last_timestamp, *(r.timestamp for r in rows))
         cluster.save(update_fields=["last_sequence", "last_timestamp"])
         records = [message_record(row, cluster_id=cluster_id) for row in rows]
-        bus.deliver_on_commit(records)
+        bus.deliver_on_commit(records, imported=True)
         return records
+
+
+def cluster_clock_advance(*, cluster_id: str, to: int) -> None:
+    """Make the cluster's next message stamp later than ``to``.
+
+    A recorded context build starts at ``max(now, newest + 1)``; the next build reads messages
+    from that start + 1 ms (``last_agent_start``). Advancing the clock keeps a message published
+    in the same millisecond as the build from falling between the two.
+    """
+    Cluster.objects.filter(pk=cluster_id, last_timestamp__lt=to).update(last_timestamp=to)

@@ -112,3 +112,21 @@ def test_unsubscribe_stops_delivery(cluster: str) -> None:
     message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
 
     assert seen == [1]
+
+
+def test_imported_messages_reach_only_subscribers_that_want_history(cluster: str) -> None:
+    from ledger.services import ImportedMessage, message_import_batch
+
+    everything: list[str] = []
+    live_only: list[str] = []
+    bus.subscribe(lambda m: everything.append(m.id))
+    bus.subscribe(lambda m: live_only.append(m.id), include_imported=False)
+
+    message_import_batch(
+        cluster_id=cluster,
+        messages=[ImportedMessage("old-1", 5, "PLAN_READY", "planner", "broadcast", {}, None)],
+    )
+    fresh = message_publish(cluster_id=cluster, draft=MessageDraft(topic="PLAN_READY", sender="p"))
+
+    assert everything == ["old-1", fresh.id]
+    assert live_only == [fresh.id]

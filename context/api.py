@@ -1,0 +1,153 @@
+"""The agents' API for context builds and strategy validation (SPEC §6.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from pydantic import ConfigDict, StrictBool, StrictInt
+
+from context import selectors, services
+from context.strategy import strategy_validate, strategy_validate_agents
+from ledger.api import require_cluster
+from ledger.interfaces import cluster_get
+from zeroshot_web.errors import InvalidInput
+
+router = Router(tags=["context"])
+
+
+class TriggerIn(Schema):
+    topic: str
+    sender: str
+    receiver: str | None = None
+    content: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class BuildIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str = Field(min_length=1, max_length=128)
+    agent: dict[str, Any] | None = Field(
+        None, description="an agent config given inline instead of the cluster's"
+    )
+    iteration: StrictInt | None = Field(None, ge=1)
+    triggering_message_id: str | None = None
+    triggering_message: TriggerIn | None = None
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    strategy: dict[str, Any] | None = Field(
+        None, description="a contextStrategy overriding the agent's"
+    )
+    as_of_sequence: StrictInt | None = Field(None, ge=1, description="implies preview")
+    as_of_timestamp: StrictInt | None = Field(None, ge=0, description="implies preview")
+    preview: StrictBool = False
+
+
+class BuildOut(Schema):
+    context: str
+    metrics: dict[str, Any]
+    recorded: bool
+    build_id: int | None
+    started_at: int | None
+
+
+class BuildSummaryOut(Schema):
+    id: int
+    agent_id: str
+    role: str
+    iteration: int
+    started_at: int
+    trigger_message_id: str
+    trigger_topic: str
+    metrics: dict[str, Any]
+
+
+class BuildPageOut(Schema):
+    items: list[BuildSummaryOut]
+    next_before: int | None
+
+
+class BuildQueryIn(Schema):
+    agent_id: str | None = None
+    before: int | None = Field(None, description="id of the last build of the previous page")
+    limit: int = Field(selectors.DEFAULT_PAGE, ge=1, le=500)
+
+
+class ValidateIn(Schema):
+    contextStrategy: dict[str, Any] | None = None
+    agents: list[Any] | None = None
+    agent_id: str | None = None
+
+
+@router.post(
+    "/clusters/{cluster_id}/context", response=BuildOut, summary="Build an agent's context"
+)
+def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> dict[str, Any]:
+    require_cluster(request, cluster_id)
+    outcome = services.context_build(
+        cluster_id=cluster_id,
+        agent_id=payload.agent_id,
+        agent=payload.agent,
+        strategy=payload.strategy,
+        max_tokens=payload.max_tokens,
+        iteration=payload.iteration,
+        triggering_message_id=payload.triggering_message_id,
+        triggering_message=(
+            payload.triggering_message.model_dump(exclude_none=True)
+            if payload.triggering_message is not None
+            else None
+        ),
+        as_of_sequence=payload.as_of_sequence,
+        as_of_timestamp=payload.as_of_timestamp,
+        preview=payload.preview,
+    )
+    return {
+        "context": outcome.context,
+        "metrics": outcome.metrics,
+        "recorded": outcome.recorded,
+        "build_id": outcome.build_id,
+        "started_at": outcome.started_at,
+    }
+
+
+@router.get("/clusters/{cluster_id}/builds", response=BuildPageOut, summary="Recorded builds")
+def builds_list(
+    request: HttpRequest, cluster_id: str, filters: Query[BuildQueryIn]
+) -> dict[str, Any]:
+    require_cluster(request, cluster_id)
+    cluster_get(cluster_id=cluster_id)
+    builds = selectors.build_list(
+        cluster_id=cluster_id,
+        agent_id=filters.agent_id,
+        before_id=filters.before,
+        limit=filters.limit,
+    )
+    next_before = builds[-1].id if len(builds) == filters.limit else None
+    return {
+        "items": [
+            {
+                "id": b.id,
+                "agent_id": b.agent_id,
+                "role": b.role,
+                "iteration": b.iteration,
+                "started_at": b.started_at,
+                "trigger_message_id": b.trigger_message_id,
+                "trigger_topic": b.trigger_topic,
+                "metrics": b.metrics,
+            }
+            for b in builds
+        ],
+        "next_before": next_before,
+    }
+
+
+@router.post("/strategies/validate", summary="Validate context strategies")
+def strategies_validate(request: HttpRequest, payload: ValidateIn) -> dict[str, Any]:
+    if payload.agents is not None:
+        return strategy_validate_agents(payload.agents).to_dict()
+    if payload.contextStrategy is not None:
+        return strategy_validate(payload.contextStrategy, agent_id=payload.agent_id).to_dict()
+    raise InvalidInput(
+        "give {contextStrategy} or {agents: [...]}", details={"field": "contextStrategy"}
+    )

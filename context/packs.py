@@ -1,0 +1,427 @@
+"""The packs a prompt is assembled from, and their exact texts (SPEC §3.1, §3.2, §3.5)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from context.budget import Pack
+from context.strategy import ContextStrategy, SourceSpec
+from ledger.records import MessageRecord
+from zeroshot_web.errors import InvalidInput
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Pack",
+    "build_packs",
+    "data_is_written",
+    "iso_ms",
+    "js_json",
+    "prompt_text",
+    "render_header",
+    "render_instructions",
+    "render_output_schema",
+    "render_source",
+    "render_trigger",
+    "schema_example",
+    "source_pack",
+    "validator_skip_hints",
+]
+
+DEFAULT_RULES: Final = (
+    "## Ground rules\n"
+    "\n"
+    "You run unattended, as one step of an automated pipeline. No person is watching this run:"
+    " a question you ask will never be answered, and waiting for one stalls the whole cluster.\n"
+    "\n"
+    "- Never ask for input, approval or confirmation, and never wait for a reply.\n"
+    "- Decide on your own from your instructions and the ledger messages below. When a choice"
+    " is open, take the option that keeps the work correct and the change small.\n"
+    "- If something blocks you, say what and why in your result instead of stopping.\n"
+    "- Report your result only through the output you are asked for.\n"
+    "\n"
+)
+
+_MS_PER_DAY: Final = 86_400_000
+# The range of a JavaScript Date: Date.prototype.toISOString throws beyond it.
+_JS_DATE_LIMIT: Final = 8_640_000_000_000_000
+_JS_SAFE_INTEGER: Final = 2**53
+_ARRAY_INDEX_LIMIT: Final = 2**32 - 1
+_ARRAY_INDEX: Final = re.compile(r"0|[1-9][0-9]*")
+_SURROGATES: Final = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
+_MAX_SCHEMA_DEPTH: Final = 12
+VALIDATOR_ROLE: Final = "validator"
+CANNOT_VALIDATE: Final = "CANNOT_VALIDATE"
+
+
+# --- formatting as JavaScript does ------------------------------------------------------------
+
+
+def iso_ms(ts_ms: int) -> str:
+    """Format ms since the epoch as ``Date.prototype.toISOString`` does (UTC, milliseconds)."""
+    if abs(ts_ms) > _JS_DATE_LIMIT:
+        raise ValueError(f"timestamp {ts_ms} is outside the range of a date")
+    days, ms_of_day = divmod(ts_ms, _MS_PER_DAY)
+    year, month, day = _civil_from_days(days)
+    seconds, ms = divmod(ms_of_day, 1000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    # Years outside 0..9999 take the expanded six-digit form, sign included.
+    year_text = f"{year:04d}" if 0 <= year <= 9999 else f"{year:+07d}"
+    return f"{year_text}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{ms:03d}Z"
+
+
+def js_json(value: Any) -> str:
+    """Serialise JSON data exactly as ``JSON.stringify(value, null, 2)`` prints it."""
+    return _js_json(value, "")
+
+
+def data_is_written(data: Any) -> bool:
+    """Tell whether ``Data:`` is written: JavaScript truthiness (not None, False, 0 or "")."""
+    if data is None or data is False or data == "":
+        return False
+    if isinstance(data, int | float) and not isinstance(data, bool):
+        return data != 0 and not math.isnan(data)
+    return True
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    # Howard Hinnant's days-to-civil algorithm: exact over the whole proleptic Gregorian range,
+    # where datetime stops at year 9999 and JavaScript does not.
+    z = days + 719_468
+    era = z // 146_097
+    day_of_era = z - era * 146_097
+    year_of_era = (
+        day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096
+    ) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    year = year_of_era + era * 400 + (1 if month <= 2 else 0)
+    return year, month, day
+
+
+def _js_json(value: Any, indent: str) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _js_string(value)
+    if isinstance(value, int | float):
+        return _js_number(value)
+    inner = indent + "  "
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        members = [
+            f"{inner}{_js_string(key)}: {_js_json(item, inner)}"
+            for key, item in _js_key_order(value)
+        ]
+        return "{\n" + ",\n".join(members) + "\n" + indent + "}"
+    if isinstance(value, list | tuple):
+        if not value:
+            return "[]"
+        items = [f"{inner}{_js_json(item, inner)}" for item in value]
+        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def _js_string(text: str) -> str:
+    # Python escapes the same characters as JavaScript once ensure_ascii is off; surrogates
+    # differ: JavaScript reads a pair as one character and escapes a lone one as \uXXXX.
+    encoded = json.dumps(text, ensure_ascii=False)
+    return _SURROGATES.sub(_surrogate, encoded)
+
+
+def _surrogate(match: re.Match[str]) -> str:
+    found = match.group()
+    if len(found) == 2:
+        return chr(0x10000 + ((ord(found[0]) - 0xD800) << 10) + (ord(found[1]) - 0xDC00))
+    return f"\\u{ord(found):04x}"
+
+
+def _js_key_order(value: Mapping[Any, Any]) -> list[tuple[str, Any]]:
+    # JavaScript lists integer-like keys first, in ascending numeric order, then the others in
+    # insertion order.
+    members = [(_js_key(key), item) for key, item in value.items()]
+    indexed = sorted(
+        (member for member in members if _is_array_index(member[0])),
+        key=lambda member: int(member[0]),
+    )
+    named = [member for member in members if not _is_array_index(member[0])]
+    return indexed + named
+
+
+def _js_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        return _js_json(key, "")
+    raise TypeError(f"{type(key).__name__} is not a JSON object key")
+
+
+def _is_array_index(key: str) -> bool:
+    return bool(_ARRAY_INDEX.fullmatch(key)) and int(key) < _ARRAY_INDEX_LIMIT
+
+
+def _js_number(value: float) -> str:
+    """Format a number as JavaScript's Number.prototype.toString (radix 10) does."""
+    if isinstance(value, int):
+        if abs(value) <= _JS_SAFE_INTEGER:
+            return str(value)
+        try:
+            # A JavaScript number is a double: larger integers lose their low digits.
+            value = float(value)
+        except OverflowError:
+            return "null"
+    if not math.isfinite(value):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    digits, point = _shortest_digits(abs(value))
+    count = len(digits)
+    if count <= point <= 21:
+        return sign + digits + "0" * (point - count)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    exponent = point - 1
+    exponent_text = f"e{'+' if exponent > 0 else '-'}{abs(exponent)}"
+    mantissa = digits if count == 1 else digits[0] + "." + digits[1:]
+    return sign + mantissa + exponent_text
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """Return the shortest round-trip digits of a positive float and its decimal point position.
+
+    The value is 0.DIGITS x 10**point. Python's repr and JavaScript both pick the shortest digit
+    string that reads back to the same double.
+    """
+    mantissa, _, exponent = repr(value).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    point = len(whole) + (int(exponent) if exponent else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    return stripped.rstrip("0"), point
+
+
+# --- pack texts -------------------------------------------------------------------------------
+
+
+def render_source(messages: Sequence[MessageRecord], *, topic: str | None = None) -> str:
+    """Render a source's selected messages, oldest first; the empty string when there are none."""
+    if not messages:
+        return ""
+    parts = [f"\n## Messages from topic: {topic or messages[0].topic}\n\n"]
+    for message in messages:
+        parts.append(f"[{iso_ms(message.timestamp)}] {message.sender}:\n")
+        if message.text:
+            parts.append(f"{message.text}\n")
+        if data_is_written(message.data):
+            parts.append(f"Data: {js_json(message.data)}\n")
+        parts.append("\n")
+    return "".join(parts)
+
+
+def render_trigger(message: MessageRecord) -> str:
+    """Render the triggering message block; its data is never rendered."""
+    text = f"\n## Triggering Message\n\nTopic: {message.topic}\nSender: {message.sender}\n"
+    if message.text:
+        text += f"\n{message.text}\n"
+    return text
+
+
+def render_header(agent_id: str, role: str, iteration: int, rules_text: str = DEFAULT_RULES) -> str:
+    """Render the agent's identity followed by the rules of unattended work."""
+    header = f'# Agent "{agent_id}"\n\nRole: {role}\nIteration: {iteration}\n\n'
+    if rules_text:
+        header += rules_text.rstrip("\n") + "\n\n"
+    return header
+
+
+def prompt_text(prompt: Any) -> str | None:
+    """Return the prompt of an agent config: a string, or an object's ``system`` string."""
+    if prompt is None or prompt == "":
+        return None
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Mapping) and isinstance(prompt.get("system"), str):
+        return str(prompt["system"]) or None
+    raise InvalidInput(
+        "an agent prompt must be a string or an object with a string `system`",
+        details={"prompt": js_json(prompt)[:200]},
+        code="invalid_prompt",
+    )
+
+
+def render_instructions(prompt: Any) -> str:
+    """Render ``## Instructions`` with the agent's prompt; the empty string when it has none."""
+    text = prompt_text(prompt)
+    return f"## Instructions\n\n{text}\n\n" if text else ""
+
+
+def render_output_schema(schema: Mapping[str, Any]) -> str:
+    """Render the agent's output JSON schema and an example object derived from it."""
+    return (
+        "## Output format\n\n"
+        "Reply with one JSON object and nothing else, no text before or after it."
+        " It must follow this JSON schema:\n\n"
+        f"```json\n{js_json(schema)}\n```\n\n"
+        "An example of the shape (the values are placeholders):\n\n"
+        f"```json\n{js_json(schema_example(schema))}\n```\n\n"
+        "Use enum values exactly as written, and include every required field.\n\n"
+    )
+
+
+def schema_example(schema: Any, depth: int = 0) -> Any:
+    """Derive a small, deterministic example value from a JSON schema."""
+    if not isinstance(schema, Mapping) or depth > _MAX_SCHEMA_DEPTH:
+        return None
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    for combinator in ("oneOf", "anyOf", "allOf"):
+        options = schema.get(combinator)
+        if isinstance(options, list) and options:
+            return schema_example(options[0], depth + 1)
+    kind = _schema_type(schema)
+    if kind == "object":
+        properties = schema.get("properties")
+        if not isinstance(properties, Mapping):
+            return {}
+        return {str(key): schema_example(item, depth + 1) for key, item in properties.items()}
+    if kind == "array":
+        items = schema.get("items")
+        return [schema_example(items, depth + 1)] if isinstance(items, Mapping) else []
+    return {"string": "...", "integer": 0, "number": 0, "boolean": False}.get(kind or "")
+
+
+def _schema_type(schema: Mapping[str, Any]) -> str | None:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        # ["string", "null"] describes a nullable string: show the string.
+        kind = next((item for item in kind if item != "null"), None)
+    if isinstance(kind, str):
+        return kind
+    if isinstance(schema.get("properties"), Mapping):
+        return "object"
+    if isinstance(schema.get("items"), Mapping):
+        return "array"
+    return None
+
+
+def validator_skip_hints(validation_results: Sequence[MessageRecord]) -> str:
+    """Render the criteria earlier validations could not check (SPEC §3.5); "" when none."""
+    reasons: dict[str, str] = {}
+    for message in validation_results:
+        data = message.data
+        results = data.get("criteriaResults") if isinstance(data, Mapping) else None
+        if not isinstance(results, list):
+            continue
+        for result in results:
+            if not isinstance(result, Mapping) or result.get("status") != CANNOT_VALIDATE:
+                continue
+            criterion = result.get("id")
+            if not isinstance(criterion, str) or not criterion or criterion in reasons:
+                continue
+            reason = result.get("reason")
+            reasons[criterion] = (
+                reason if isinstance(reason, str) and reason else ("No reason provided")
+            )
+    if not reasons:
+        return ""
+    lines = "".join(f"- **{criterion}**: {reason}\n" for criterion, reason in reasons.items())
+    return (
+        "\n## Criteria that cannot be validated here (skip them)\n\n"
+        "Earlier validation runs found that this environment cannot check the criteria below,"
+        " and that has not changed. Do not try to verify them again: report each one as"
+        " CANNOT_VALIDATE with the same reason.\n\n"
+        f"{lines}\n"
+    )
+
+
+# --- the pack list ----------------------------------------------------------------------------
+
+
+def source_pack(
+    source: SourceSpec,
+    *,
+    full_messages: Sequence[MessageRecord],
+    compact_messages: Sequence[MessageRecord],
+    order: int,
+) -> Pack:
+    """Build the pack of one context source, with its full and compact variants."""
+    return Pack(
+        id=source.pack_id,
+        section="sources",
+        priority=source.priority,
+        order=order,
+        full=render_source(full_messages, topic=source.topic),
+        compact=render_source(compact_messages, topic=source.topic),
+        required=source.priority == "required",
+    )
+
+
+def build_packs(
+    *,
+    agent: Mapping[str, Any],
+    iteration: int,
+    strategy: ContextStrategy,
+    source_messages: Sequence[tuple[Sequence[MessageRecord], Sequence[MessageRecord]]],
+    trigger: MessageRecord,
+    validation_results: Sequence[MessageRecord] = (),
+    rules_text: str = DEFAULT_RULES,
+) -> list[Pack]:
+    """Build the ordered packs of one prompt (SPEC §3.1).
+
+    ``source_messages[i]`` holds the full and the compact selection of ``strategy.sources[i]``.
+    As in the reference, a fixed pack whose text is empty (no prompt, no skip hints) is left out.
+    """
+    if len(source_messages) != len(strategy.sources):
+        raise ValueError(
+            f"{len(strategy.sources)} sources but {len(source_messages)} selections were given"
+        )
+    agent_id = str(agent.get("id") or "")
+    role = str(agent.get("role") or "")
+    packs: list[Pack] = []
+
+    def add_fixed(pack_id: str, text: str, *, preserve: bool = False) -> None:
+        if text:
+            packs.append(
+                Pack(
+                    id=pack_id,
+                    section=pack_id,
+                    priority="required",
+                    order=len(packs),
+                    full=text,
+                    compact=None,
+                    required=True,
+                    preserve=preserve,
+                )
+            )
+
+    add_fixed("header", render_header(agent_id, role, iteration, rules_text))
+    add_fixed("instructions", render_instructions(agent.get("prompt")))
+    schema = agent.get("jsonSchema")
+    if isinstance(schema, Mapping):
+        add_fixed("outputSchema", render_output_schema(schema))
+    for source, (full, compact) in zip(strategy.sources, source_messages, strict=True):
+        packs.append(
+            source_pack(source, full_messages=full, compact_messages=compact, order=len(packs))
+        )
+    if role == VALIDATOR_ROLE:
+        add_fixed("validatorSkip", validator_skip_hints(validation_results))
+    add_fixed("triggeringMessage", render_trigger(trigger), preserve=True)
+    return packs

@@ -1,0 +1,84 @@
+"""Reads of recorded context builds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from context.models import ContextBuild
+
+DEFAULT_PAGE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRecord:
+    """A recorded build, detached from the ORM."""
+
+    id: int
+    cluster_id: str
+    agent_id: str
+    role: str
+    iteration: int
+    started_at: int
+    trigger_message_id: str
+    trigger_topic: str
+    max_tokens: int
+    final_tokens: int
+    metrics: dict[str, Any]
+    pack_texts: list[list[str]] | None = None
+
+    @property
+    def prompt(self) -> str:
+        return "".join(text for _, text in self.pack_texts or [])
+
+
+def _record(build: ContextBuild, *, with_texts: bool) -> BuildRecord:
+    return BuildRecord(
+        id=build.pk,
+        cluster_id=build.cluster_id,
+        agent_id=build.agent_id,
+        role=build.role,
+        iteration=build.iteration,
+        started_at=build.started_at,
+        trigger_message_id=build.trigger_message_id,
+        trigger_topic=build.trigger_topic,
+        max_tokens=build.max_tokens,
+        final_tokens=build.final_tokens,
+        metrics=build.metrics,
+        pack_texts=build.pack_texts if with_texts else None,
+    )
+
+
+def build_list(
+    *,
+    cluster_id: str,
+    agent_id: str | None = None,
+    before_id: int | None = None,
+    limit: int = DEFAULT_PAGE,
+) -> list[BuildRecord]:
+    """Recorded builds, newest first, without their texts (one query)."""
+    builds = ContextBuild.objects.filter(cluster_id=cluster_id).defer("pack_texts")
+    if agent_id is not None:
+        builds = builds.filter(agent_id=agent_id)
+    if before_id is not None:
+        builds = builds.filter(pk__lt=before_id)
+    return [_record(b, with_texts=False) for b in builds.order_by("-started_at", "-id")[:limit]]
+
+
+def build_get(*, cluster_id: str, build_id: int) -> BuildRecord | None:
+    """One recorded build with its pack texts."""
+    build = ContextBuild.objects.filter(cluster_id=cluster_id, pk=build_id).first()
+    return _record(build, with_texts=True) if build is not None else None
+
+
+def build_latest_by_agent(*, cluster_ids: list[str]) -> dict[tuple[str, str], BuildRecord]:
+    """The newest build of each agent of some clusters, keyed by (cluster, agent)."""
+    latest: dict[tuple[str, str], BuildRecord] = {}
+    builds = (
+        ContextBuild.objects.filter(cluster_id__in=cluster_ids)
+        .defer("pack_texts")
+        .order_by("cluster_id", "agent_id", "-started_at", "-id")
+    )
+    for build in builds:
+        latest.setdefault((build.cluster_id, build.agent_id), _record(build, with_texts=False))
+    return latest

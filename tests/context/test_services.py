@@ -1,0 +1,383 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from context.models import ContextBuild
+from context.services import context_build
+from ledger.interfaces import (
+    ImportedMessage,
+    MessageDraft,
+    cluster_create,
+    message_import_batch,
+    message_publish,
+    message_query,
+)
+from zeroshot_web.errors import InvalidInput, NotFound
+
+pytestmark = pytest.mark.django_db
+
+T0 = 4_102_444_800_000  # 2100-01-01T00:00:00.000Z
+
+
+def make_cluster(agents: list[dict[str, Any]], cluster_id: str = "c1") -> str:
+    return cluster_create(cluster_id=cluster_id, config={"agents": agents}, created_at=T0).id
+
+
+def add(cluster_id: str, *messages: tuple[int, str, str, dict[str, Any]]) -> None:
+    """Messages at T0 + offset ms, keeping their timestamps."""
+    existing = len(message_query(cluster_id=cluster_id, limit=None))
+    message_import_batch(
+        cluster_id=cluster_id,
+        messages=[
+            ImportedMessage(
+                id=f"m{existing + i}",
+                timestamp=T0 + offset,
+                topic=topic,
+                sender=sender,
+                receiver="broadcast",
+                content=content,
+                metadata=content.pop("_metadata", None),
+            )
+            for i, (offset, topic, sender, content) in enumerate(messages)
+        ],
+    )
+
+
+def agent(agent_id: str, sources: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": agent_id,
+        "role": extra.pop("role", "implementation"),
+        "prompt": "Do the work.",
+        "triggers": [{"topic": "GO", "action": "execute_task"}],
+        "contextStrategy": {"sources": sources, **extra},
+    }
+
+
+def trigger(cluster_id: str, offset: int = 1000) -> None:
+    add(cluster_id, (offset, "GO", "system", {"text": "go"}))
+
+
+def texts_of(prompt: str, *needles: str) -> list[bool]:
+    return [n in prompt for n in needles]
+
+
+def test_selection_strategies_through_the_database() -> None:
+    cases = {
+        "latest2": ({"topic": "T", "strategy": "latest", "amount": 2}, ["two", "three"]),
+        "oldest2": ({"topic": "T", "strategy": "oldest", "amount": 2}, ["one", "two"]),
+        "all": ({"topic": "T", "strategy": "all"}, ["one", "two", "three"]),
+        "all2": ({"topic": "T", "strategy": "all", "amount": 2}, ["one", "two"]),
+        "limit1": ({"topic": "T", "limit": 1}, ["three"]),
+        "amount1limit2": ({"topic": "T", "amount": 1, "limit": 2}, ["three"]),
+    }
+    cid = make_cluster([agent(name, [source]) for name, (source, _) in cases.items()])
+    add(
+        cid,
+        (0, "T", "a", {"text": "one"}),
+        (10, "T", "a", {"text": "two"}),
+        (20, "T", "a", {"text": "three"}),
+    )
+    trigger(cid)
+
+    for name, (_, expected) in cases.items():
+        prompt = context_build(cluster_id=cid, agent_id=name, preview=True).context
+        found = [w for w in ("one", "two", "three") if f"\n{w}\n" in prompt]
+        assert found == expected, name
+        positions = [prompt.index(f"\n{w}\n") for w in found]
+        assert positions == sorted(positions), name
+
+
+def test_required_anchors_survive_max_tokens_one() -> None:
+    sources = [
+        {"topic": "ISSUE_OPENED", "priority": "required"},
+        {"topic": "PLAN_READY", "priority": "required"},
+        {"topic": "NOTES", "priority": "low"},
+        {"topic": "EXTRA", "priority": "high"},
+    ]
+    cid = make_cluster([agent("worker", sources, maxTokens=1)])
+    add(
+        cid,
+        (0, "ISSUE_OPENED", "system", {"text": "the issue"}),
+        (1, "PLAN_READY", "planner", {"text": "the plan"}),
+        (2, "NOTES", "worker", {"text": "optional notes text"}),
+        (3, "EXTRA", "worker", {"text": "optional extra text"}),
+    )
+    add(cid, (1000, "GO", "system", {"text": "trigger text"}))
+
+    outcome = context_build(cluster_id=cid, agent_id="worker", preview=True)
+
+    prompt = outcome.context
+    assert "## Triggering Message" in prompt
+    assert "trigger text" in prompt
+    assert "## Messages from topic: ISSUE_OPENED" in prompt
+    assert "## Messages from topic: PLAN_READY" in prompt
+    assert "optional notes text" not in prompt
+    assert "optional extra text" not in prompt
+    decisions = {p["id"]: p for p in outcome.metrics["packs"]}
+    for pack_id in ("source:NOTES:2", "source:EXTRA:3"):
+        assert decisions[pack_id]["status"] == "skipped"
+        assert decisions[pack_id]["reason"] == "budget"
+
+
+def test_huge_issue_is_cut_by_the_guard_and_metrics_hold_no_text() -> None:
+    secret = "SECRET-MARKER-7f3a"
+    sources = [
+        {"topic": "ISSUE_OPENED", "priority": "required"},
+        {"topic": "LOGS", "priority": "low"},
+    ]
+    cid = make_cluster([agent("worker", sources, maxTokens=1)])
+    add(
+        cid,
+        (0, "ISSUE_OPENED", "system", {"text": secret + "x" * 699_982}),
+        (1, "LOGS", "worker", {"text": "y" * 200_000}),
+    )
+    trigger(cid)
+
+    outcome = context_build(cluster_id=cid, agent_id="worker", preview=True)
+
+    metrics = outcome.metrics
+    guard = metrics["truncation"]["maxContextChars"]
+    assert guard["applied"] is True
+    assert guard["afterChars"] <= 500_000
+    assert metrics["total"]["chars"] == len(outcome.context)
+    decisions = {p["id"]: p for p in metrics["packs"]}
+    assert decisions["source:LOGS:1"]["status"] == "skipped"
+    assert decisions["source:ISSUE_OPENED:0"]["status"] == "included"
+    assert secret not in json.dumps(metrics)
+
+
+def test_missing_max_tokens_reports_the_default() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "ISSUE_OPENED"}])])
+    trigger(cid)
+
+    metrics = context_build(cluster_id=cid, agent_id="worker", preview=True).metrics
+
+    assert metrics["strategy"]["maxTokens"] == 100_000
+    assert metrics["budget"]["maxTokens"] == 100_000
+    included = [p for p in metrics["packs"] if p["status"] == "included"]
+    assert sum(s["chars"] for s in metrics["sections"].values()) == sum(
+        p["chars"] for p in included
+    )
+
+
+def test_since_last_task_end_shows_only_later_validations() -> None:
+    sources = [{"topic": "VALIDATION_RESULT", "since": "last_task_end"}]
+    cid = make_cluster([agent("worker", sources)])
+    add(cid, (10, "VALIDATION_RESULT", "validator", {"text": "old verdict"}))
+    trigger(cid, 15)
+
+    before_any_task = context_build(cluster_id=cid, agent_id="worker", preview=True).context
+    add(
+        cid,
+        (20, "AGENT_LIFECYCLE", "worker", {"data": {"event": "TASK_COMPLETED"}}),
+        (25, "AGENT_LIFECYCLE", "worker", {"data": {"event": "STARTED"}}),
+        (30, "VALIDATION_RESULT", "validator", {"text": "new verdict"}),
+    )
+    trigger(cid, 40)
+    after_task = context_build(cluster_id=cid, agent_id="worker", preview=True).context
+
+    assert "old verdict" in before_any_task
+    assert "old verdict" not in after_task
+    assert "new verdict" in after_task
+
+
+def test_since_last_agent_start_shows_what_arrived_after_the_previous_build() -> None:
+    sources = [{"topic": "NEWS", "since": "last_agent_start"}]
+    cid = make_cluster([agent("worker", sources)])
+    add(cid, (10, "NEWS", "a", {"text": "first news"}))
+    trigger(cid, 20)
+
+    first = context_build(cluster_id=cid, agent_id="worker")
+    preview = context_build(cluster_id=cid, agent_id="worker", preview=True)
+    message_publish(
+        cluster_id=cid,
+        draft=MessageDraft(topic="NEWS", sender="a", content={"text": "second news"}),
+    )
+    message_publish(
+        cluster_id=cid, draft=MessageDraft(topic="GO", sender="system", content={"text": "go"})
+    )
+    second = context_build(cluster_id=cid, agent_id="worker")
+
+    assert "first news" in first.context
+    assert "first news" not in preview.context  # a preview sees what the next build would see
+    assert "first news" not in second.context
+    assert "second news" in second.context
+    assert (first.iteration, second.iteration) == (1, 2)
+    assert ContextBuild.objects.count() == 2  # the preview changed nothing
+
+
+def test_unknown_since_is_an_error_naming_value_and_topic() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "NEWS", "since": "yesterday"}])])
+    trigger(cid)
+
+    with pytest.raises(InvalidInput) as error:
+        context_build(cluster_id=cid, agent_id="worker", preview=True)
+
+    assert "yesterday" in error.value.message
+    assert "NEWS" in error.value.message
+
+
+def test_raw_agent_output_never_enters_but_context_safe_does() -> None:
+    cid = make_cluster(
+        [
+            agent("worker", [{"topic": "AGENT_OUTPUT", "amount": 1}]),
+            agent("all", [{"topic": "AGENT_OUTPUT"}]),
+        ]
+    )
+    add(
+        cid,
+        (10, "AGENT_OUTPUT", "w", {"text": "safe output", "_metadata": {"contextSafe": True}}),
+        (20, "AGENT_OUTPUT", "w", {"text": "raw output"}),
+    )
+    trigger(cid)
+
+    latest_one = context_build(cluster_id=cid, agent_id="worker", preview=True).context
+    everything = context_build(cluster_id=cid, agent_id="all", preview=True).context
+
+    assert "safe output" in latest_one
+    assert "raw output" not in latest_one
+    assert "raw output" not in everything
+
+
+def test_validator_gets_skip_hints_and_others_do_not() -> None:
+    results = {
+        "criteriaResults": [
+            {"id": "AC3", "status": "CANNOT_VALIDATE", "reason": "needs staging"},
+            {"id": "AC3", "status": "CANNOT_VALIDATE", "reason": "second reason"},
+            {"id": "AC1", "status": "PASS"},
+        ]
+    }
+    cid = make_cluster(
+        [
+            agent("validator", [{"topic": "ISSUE_OPENED"}], role="validator"),
+            agent("worker", [{"topic": "ISSUE_OPENED"}]),
+        ]
+    )
+    add(cid, (10, "VALIDATION_RESULT", "validator", {"data": results}))
+    trigger(cid)
+
+    validator = context_build(cluster_id=cid, agent_id="validator", preview=True).context
+    worker = context_build(cluster_id=cid, agent_id="worker", preview=True).context
+
+    assert validator.count("**AC3**") == 1
+    assert "- **AC3**: needs staging" in validator
+    assert "AC3" not in worker
+
+
+def test_as_of_sequence_sees_only_the_past_and_records_nothing() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "NEWS"}])])
+    add(cid, (10, "NEWS", "a", {"text": "early"}), (20, "GO", "system", {"text": "go"}))
+    add(cid, (30, "NEWS", "a", {"text": "late"}), (40, "GO", "system", {"text": "go again"}))
+
+    past = context_build(cluster_id=cid, agent_id="worker", as_of_sequence=2)
+    now = context_build(cluster_id=cid, agent_id="worker", preview=True)
+
+    assert "early" in past.context
+    assert "late" not in past.context
+    assert "\ngo\n" in past.context
+    assert "late" in now.context
+    assert past.recorded is False
+    assert ContextBuild.objects.count() == 0
+
+
+def test_max_tokens_override_and_inline_trigger() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "ISSUE_OPENED"}], maxTokens=5000)])
+
+    outcome = context_build(
+        cluster_id=cid,
+        agent_id="worker",
+        max_tokens=777,
+        triggering_message={"topic": "MANUAL", "sender": "operator", "content": {"text": "hi"}},
+        preview=True,
+    )
+
+    assert outcome.metrics["budget"]["maxTokens"] == 777
+    assert outcome.context.endswith(
+        "\n## Triggering Message\n\nTopic: MANUAL\nSender: operator\n\nhi\n"
+    )
+
+
+def test_unknown_agent_and_empty_cluster_are_clear_errors() -> None:
+    cid = make_cluster([agent("worker", [])])
+
+    with pytest.raises(NotFound, match="worker"):
+        context_build(cluster_id=cid, agent_id="ghost", preview=True)
+    with pytest.raises(InvalidInput, match="no message"):
+        context_build(cluster_id=cid, agent_id="worker", preview=True)
+
+
+def test_metrics_line_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    cid = make_cluster([agent("worker", [{"topic": "ISSUE_OPENED"}])])
+    trigger(cid)
+
+    with override_settings(CONTEXT_METRICS_STDOUT=True):
+        context_build(cluster_id=cid, agent_id="worker", preview=True)
+    lines = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("[ContextMetrics] ")
+    ]
+
+    assert len(lines) == 1
+    assert json.loads(lines[0].removeprefix("[ContextMetrics] "))["agentId"] == "worker"
+
+
+def test_metrics_ledger_publishes_for_recorded_builds_only() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "ISSUE_OPENED"}])])
+    trigger(cid)
+
+    with override_settings(CONTEXT_METRICS_LEDGER=True):
+        context_build(cluster_id=cid, agent_id="worker", preview=True)
+        context_build(cluster_id=cid, agent_id="worker")
+    published = message_query(cluster_id=cid, topic="CONTEXT_METRICS")
+
+    assert len(published) == 1
+    assert published[0].sender == "worker"
+    assert published[0].receiver == "system"
+    assert published[0].data["agentId"] == "worker"
+
+
+def test_recorded_build_keeps_its_prompt_pack_by_pack() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "ISSUE_OPENED"}])])
+    add(cid, (0, "ISSUE_OPENED", "system", {"text": "the issue"}))
+    trigger(cid)
+
+    outcome = context_build(cluster_id=cid, agent_id="worker")
+    build = ContextBuild.objects.get()
+
+    assert "".join(text for _, text in build.pack_texts) == outcome.context
+    assert build.started_at > T0 + 1000
+    assert build.metrics == outcome.metrics
+
+
+def test_build_query_count_does_not_grow_with_the_ledger(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    sources = [
+        {"topic": "ISSUE_OPENED", "priority": "required"},
+        {"topic": "VALIDATION_RESULT", "since": "last_task_end", "amount": 3},
+        {"topic": "WORKER_PROGRESS", "amount": 1},
+    ]
+    cid = make_cluster([agent("worker", sources)])
+
+    def fill(n: int, start: int) -> None:
+        add(
+            cid,
+            *[
+                (start + i, ("WORKER_PROGRESS", "VALIDATION_RESULT")[i % 2], "w", {"text": f"n{i}"})
+                for i in range(n)
+            ],
+        )
+
+    fill(50, 0)
+    trigger(cid, 100)
+    # cluster, trigger, previous build, task end, one query per source (compact variants are cut
+    # from the full rows), then savepoint, insert build, advance the clock, release
+    with django_assert_num_queries(11):
+        context_build(cluster_id=cid, agent_id="worker")
+    fill(500, 200)
+    trigger(cid, 1000)
+    with django_assert_num_queries(11):
+        context_build(cluster_id=cid, agent_id="worker")
