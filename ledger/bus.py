@@ -153,13 +153,17 @@ class MessageBus:
         layer = get_channel_layer()
         if layer is None:
             return
-        try:
-            send = async_to_sync(layer.group_send)
+
+        async def send_all() -> None:
             for message in batch:
-                send(
+                await layer.group_send(
                     cluster_group(message.cluster_id),
                     {"type": GROUP_EVENT_TYPE, "message": message.to_wire()},
                 )
+
+        try:
+            # One hop into the event loop per batch: each hop costs a thread outside a loop.
+            async_to_sync(send_all)()
         except Exception:
             # Live pushes are hints (SPEC §1.4): clients resync with ``after``.
             logger.exception("live push failed for cluster %s", batch[0].cluster_id)

@@ -57,6 +57,9 @@ class Message(models.Model):
     # time; context selection filters on it inside an index instead of in Python.
     replayable = models.BooleanField(default=True)
     # NULL, not "": the unique constraint on keys must ignore messages without one.
+    # ``content.data.event`` when it is a string (AGENT_LIFECYCLE's STARTED, TASK_COMPLETED…),
+    # so that "this agent's last TASK_COMPLETED" is one index seek, not a walk over its events.
+    event = models.CharField(max_length=64, blank=True, default="", db_default="")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     body_hash = models.CharField(max_length=64, blank=True, default="")
 
@@ -90,6 +93,10 @@ class Message(models.Model):
             models.Index(
                 fields=["cluster", "topic", "sender", "replayable", "timestamp", "sequence"],
                 name="msg_context_topic_sender",
+            ),
+            models.Index(
+                fields=["cluster", "sender", "event", "timestamp", "sequence"],
+                name="msg_sender_event",
             ),
         )
 

@@ -90,3 +90,10 @@ def replay_allowed(*, topic: str, content: dict[str, JSON] | None, metadata: JSO
     if policy == "context":
         return True
     return topic != "AGENT_OUTPUT"
+
+
+def event_of(content: dict[str, JSON] | None) -> str:
+    """``content.data.event`` when it is a short string, else ``""`` (stored for lookups)."""
+    data = content.get("data") if isinstance(content, dict) else None
+    event = data.get("event") if isinstance(data, dict) else None
+    return event if isinstance(event, str) and len(event) <= 64 else ""

@@ -205,14 +205,10 @@ def lifecycle_event_latest(
 ) -> MessageRecord | None:
     """The newest ``AGENT_LIFECYCLE`` message of an agent whose ``content.data.event`` matches.
 
-    Walks the agent's lifecycle messages newest first on ``msg_context_topic_sender`` and stops
-    at the first match, so it reads only the events since the last one of that kind.
+    One seek on the index ``msg_sender_event``.
     """
     messages = Message.objects.filter(
-        cluster_id=cluster_id,
-        topic="AGENT_LIFECYCLE",
-        sender=agent_id,
-        content__data__event=event,
+        cluster_id=cluster_id, sender=agent_id, event=event, topic="AGENT_LIFECYCLE"
     )
     if until is not None:
         messages = messages.filter(timestamp__lte=until)

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 
 from ledger.bus import bus
 from ledger.models import Cluster, ClusterState, Message
-from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
+from ledger.records import JSON, ClusterRecord, MessageRecord, event_of, replay_allowed
 from ledger.selectors import cluster_record, message_record
 from zeroshot_web.errors import Conflict, InvalidInput, NotFound, TooLarge
 
@@ -240,6 +240,7 @@ def _store(*, cluster_id: str, drafts: Sequence[MessageDraft]) -> list[MessageRe
                 replayable=replay_allowed(
                     topic=draft.topic, content=draft.content, metadata=draft.metadata
                 ),
+                event=event_of(draft.content),
                 idempotency_key=draft.idempotency_key,
                 body_hash=body_hash,
             )
@@ -452,6 +453,7 @@ def message_import_batch(
                 content=m.content,
                 metadata=m.metadata,
                 replayable=replay_allowed(topic=m.topic, content=m.content, metadata=m.metadata),
+                event=event_of(m.content),
             )
             for offset, m in enumerate(fresh)
         ]
