@@ -95,8 +95,8 @@ class Message(models.Model):
                 name="msg_context_topic_sender",
             ),
             models.Index(
-                fields=["cluster", "sender", "event", "timestamp", "sequence"],
-                name="msg_sender_event",
+                fields=["cluster", "topic", "sender", "event", "timestamp", "sequence"],
+                name="msg_lifecycle_event",
             ),
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, Subquery
 
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord
@@ -177,15 +177,26 @@ def message_latest(
     until: int | None = None,
     up_to_sequence: int | None = None,
 ) -> MessageRecord | None:
-    """The newest message of the cluster (or of some topics) up to an as-of point."""
-    messages = Message.objects.filter(cluster_id=cluster_id)
+    """The newest message of the cluster (or of some topics) up to an as-of point.
+
+    With topics, one LIMIT 1 seek per topic: an ``IN`` over several topics cannot be read in
+    timestamp order from one index and would sort every matching row.
+    """
+
+    def newest_of(messages: QuerySet[Message]) -> Message | None:
+        if until is not None:
+            messages = messages.filter(timestamp__lte=until)
+        if up_to_sequence is not None:
+            messages = messages.filter(sequence__lte=up_to_sequence)
+        return messages.order_by("-timestamp", "-sequence").first()
+
+    everything = Message.objects.filter(cluster_id=cluster_id)
     if topics:
-        messages = messages.filter(topic__in=list(topics))
-    if until is not None:
-        messages = messages.filter(timestamp__lte=until)
-    if up_to_sequence is not None:
-        messages = messages.filter(sequence__lte=up_to_sequence)
-    newest = messages.order_by("-timestamp", "-sequence").first()
+        candidates = [newest_of(everything.filter(topic=t)) for t in dict.fromkeys(topics)]
+        found = [m for m in candidates if m is not None]
+        newest = max(found, key=lambda m: (m.timestamp, m.sequence)) if found else None
+    else:
+        newest = newest_of(everything)
     return message_record(newest, cluster_id=cluster_id) if newest is not None else None
 
 
@@ -205,7 +216,7 @@ def lifecycle_event_latest(
 ) -> MessageRecord | None:
     """The newest ``AGENT_LIFECYCLE`` message of an agent whose ``content.data.event`` matches.
 
-    One seek on the index ``msg_sender_event``.
+    One seek on the index ``msg_lifecycle_event``.
     """
     messages = Message.objects.filter(
         cluster_id=cluster_id, sender=agent_id, event=event, topic="AGENT_LIFECYCLE"
@@ -214,3 +225,69 @@ def lifecycle_event_latest(
         messages = messages.filter(timestamp__lte=until)
     newest = messages.order_by("-timestamp", "-sequence").first()
     return message_record(newest, cluster_id=cluster_id) if newest is not None else None
+
+
+TIMELINE_PAGE = 100
+
+
+def message_timeline(
+    *,
+    cluster_id: str,
+    topic: str | None = None,
+    sender: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    before: int | None = None,
+    after: int | None = None,
+    limit: int = TIMELINE_PAGE,
+) -> tuple[list[MessageRecord], bool]:
+    """One page of the dashboard timeline, newest first, and whether a further page exists.
+
+    ``before`` / ``after`` are sequence cursors: the page holds the messages just older (or just
+    newer) than that message in (timestamp, sequence) order. The cursor's timestamp is read in a
+    subquery, so a page is one query whatever the filters, on the (cluster[, topic|sender],
+    timestamp, sequence) indexes. "Further" means older for ``before``/no cursor, newer for
+    ``after``.
+    """
+    messages = Message.objects.filter(cluster_id=cluster_id)
+    if topic:
+        messages = messages.filter(topic=topic)
+    if sender:
+        messages = messages.filter(sender=sender)
+    if since is not None:
+        messages = messages.filter(timestamp__gte=since)
+    if until is not None:
+        messages = messages.filter(timestamp__lte=until)
+    cursor = before if before is not None else after
+    if cursor is not None:
+        at = Subquery(
+            Message.objects.filter(cluster_id=cluster_id, sequence=cursor).values("timestamp")[:1]
+        )
+        if before is not None:
+            messages = messages.filter(Q(timestamp__lt=at) | Q(timestamp=at, sequence__lt=cursor))
+        else:
+            messages = messages.filter(Q(timestamp__gt=at) | Q(timestamp=at, sequence__gt=cursor))
+    newest_first = after is None
+    ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
+    rows = [
+        message_record(m, cluster_id=cluster_id) for m in messages.order_by(*ordering)[: limit + 1]
+    ]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if not newest_first:
+        rows.reverse()
+    return rows, more
+
+
+def message_tail_topics(
+    *, cluster_id: str, topics: Sequence[str], after: int, limit: int = DEFAULT_PAGE
+) -> list[MessageRecord]:
+    """Messages of some topics with a sequence above ``after``, in sequence order, LIMITed.
+
+    Walks the ``(cluster, sequence)`` unique index from ``after``: the cost follows the messages
+    since that point, which callers keep short by moving ``after`` forward.
+    """
+    messages = Message.objects.filter(
+        cluster_id=cluster_id, sequence__gt=after, topic__in=list(topics)
+    ).order_by("sequence")[:limit]
+    return [message_record(m, cluster_id=cluster_id) for m in messages]
