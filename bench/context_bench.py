@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ledger_bench as lb  # noqa: E402  (a sibling script: its fast filler and setup)
+import ledger_bench as lb  # a sibling script: its fast filler and setup
 
 RESULTS_PATH = lb.ROOT / "bench" / "results" / "context.json"
 
@@ -145,7 +145,8 @@ def main() -> None:
 
     print(f"recorded build, worker of worker-validator, {args.builds} builds per cluster")
     print(
-        f"{'cluster':>10} {'messages':>10} {'p50 ms':>8} {'p95 ms':>8} {'SQL':>6} {'core':>6} {'ORM+glue':>9}"
+        f"{'cluster':>10} {'messages':>10} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'SQL':>6} {'core':>6} {'ORM+glue':>9}"
     )
     for cid in ("small", "big"):
         r = report[cid]
@@ -154,7 +155,8 @@ def main() -> None:
             f"{r['share_sql']:>6.0%} {r['share_pure_core']:>6.0%} {r['share_orm_and_glue']:>9.0%}"
         )
     print(
-        f"big/small: p50 {report['ratio_p50_big_over_small']:.2f}, p95 {report['ratio_p95_big_over_small']:.2f}"
+        f"big/small: p50 {report['ratio_p50_big_over_small']:.2f}, "
+        f"p95 {report['ratio_p95_big_over_small']:.2f}"
     )
     RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
     RESULTS_PATH.write_text(json.dumps(report, indent=2) + "\n")
