@@ -40,5 +40,7 @@ test-postgres: $(STAMP)
 chromium:
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 
+## Benchmarks (never part of the suite); figures in bench/results/.
 bench: $(STAMP)
 	$(PY) bench/ledger_bench.py
+	$(PY) bench/context_bench.py
