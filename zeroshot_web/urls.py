@@ -13,5 +13,6 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("context.urls")),
     path("", include("ledger.urls")),
 ]
