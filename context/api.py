@@ -9,10 +9,17 @@ from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, StrictBool, StrictInt
 
 from context import selectors, services
+from context.snapshotter import snapshot_latest
 from context.strategy import strategy_validate, strategy_validate_agents
-from ledger.api import require_cluster
+from context.template_services import (
+    TemplateRecord,
+    template_check,
+    template_get,
+    template_list,
+)
+from ledger.api import MessageOut, require_cluster
 from ledger.interfaces import cluster_get
-from zeroshot_web.errors import InvalidInput
+from zeroshot_web.errors import InvalidInput, NotFound
 
 router = Router(tags=["context"])
 
@@ -151,3 +158,68 @@ def strategies_validate(request: HttpRequest, payload: ValidateIn) -> dict[str, 
     raise InvalidInput(
         "give {contextStrategy} or {agents: [...]}", details={"field": "contextStrategy"}
     )
+
+
+@router.get(
+    "/clusters/{cluster_id}/snapshot",
+    response=MessageOut,
+    summary="The newest state snapshot",
+    exclude_unset=True,
+)
+def snapshot_get(request: HttpRequest, cluster_id: str) -> dict[str, Any]:
+    require_cluster(request, cluster_id)
+    cluster_get(cluster_id=cluster_id)
+    snapshot = snapshot_latest(cluster_id=cluster_id)
+    if snapshot is None:
+        raise NotFound(
+            f"cluster {cluster_id!r} has no state snapshot yet",
+            details={"cluster_id": cluster_id},
+        )
+    return snapshot.to_wire()
+
+
+class TemplateOut(Schema):
+    name: str
+    description: str
+    params: dict[str, Any]
+    builtin: bool
+    agent_count: int
+    version: int
+    version_count: int
+
+
+class TemplateDetailOut(TemplateOut):
+    body: dict[str, Any]
+
+
+def template_out(record: TemplateRecord) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "description": record.description,
+        "params": record.params,
+        "builtin": record.builtin,
+        "agent_count": record.agent_count,
+        "version": record.version,
+        "version_count": record.version_count,
+    }
+
+
+@router.get("/templates", response=list[TemplateOut], summary="List cluster templates")
+def templates_list(request: HttpRequest) -> list[dict[str, Any]]:
+    return [template_out(record) for record in template_list()]
+
+
+class TemplateValidateIn(Schema):
+    template: dict[str, Any] = Field(description="a template in zeroshot's JSON shape")
+
+
+# Registered before /templates/{name}: Django matches the path first, then the method.
+@router.post("/templates/validate", summary="Check a cluster template without saving it")
+def templates_validate(request: HttpRequest, payload: TemplateValidateIn) -> dict[str, Any]:
+    return template_check(payload.template).to_dict()
+
+
+@router.get("/templates/{name}", response=TemplateDetailOut, summary="One cluster template")
+def templates_get(request: HttpRequest, name: str) -> dict[str, Any]:
+    record = template_get(name=name)
+    return {**template_out(record), "body": record.body}

@@ -33,3 +33,43 @@ class ContextBuild(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}/{self.agent_id}#{self.iteration}"
+
+
+class ClusterTemplate(models.Model):
+    """A cluster template (SPEC §4) in zeroshot's JSON shape; changes are kept as versions."""
+
+    name = models.CharField(max_length=200, unique=True)
+    description = models.TextField(blank=True, default="")
+    body = models.JSONField(help_text="{name, description, params, agents}, as zeroshot writes it")
+    builtin = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterTemplateVersion(models.Model):
+    """One saved body of a template; the newest version is the template's current body."""
+
+    template = models.ForeignKey(
+        ClusterTemplate, on_delete=models.CASCADE, related_name="versions"
+    )
+    version = models.PositiveIntegerField()
+    body = models.JSONField()
+    note = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("template", "-version")
+        constraints = (
+            models.UniqueConstraint(
+                fields=["template", "version"], name="template_version_unique"
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.template} v{self.version}"

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from django.http import HttpRequest
+from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import ConfigDict, StrictInt
 
-from ledger import selectors, services
+# No import cycle: ledger's services and selectors never import the context app.
+from context.template_services import cluster_create_from_template
+from ledger import exporting, selectors, services
 from ledger.keys import ApiKeyIdentity
 from ledger.records import ClusterRecord, MessageRecord
-from zeroshot_web.errors import Forbidden
+from zeroshot_web.errors import Forbidden, InvalidInput
 
 router = Router(tags=["ledger"])
 
@@ -152,9 +154,18 @@ def clusters_list(request: HttpRequest, search: str = "", state: str = "") -> li
 def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[Any]:
     if scoped_cluster(request) is not None:
         raise Forbidden("a key limited to one cluster cannot create clusters")
-    record = services.cluster_create(
-        cluster_id=payload.id, config=payload.config, params=payload.params
-    )
+    if payload.template:
+        if payload.config is not None:
+            raise InvalidInput(
+                "give a template (with params) or a config, not both", details={"field": "config"}
+            )
+        record = cluster_create_from_template(
+            template_name=payload.template, params=payload.params, cluster_id=payload.id
+        )
+    else:
+        record = services.cluster_create(
+            cluster_id=payload.id, config=payload.config, params=payload.params
+        )
     return Status(201, cluster_detail_out(record))
 
 
@@ -219,3 +230,19 @@ def messages_query(
     full_page = len(records) == filters.limit
     next_after = str(records[-1].sequence) if full_page and filters.order == "asc" else None
     return {"items": [message_out(r) for r in records], "next_after": next_after}
+
+
+@router.get(
+    "/clusters/{cluster_id}/export",
+    summary="Export the ledger (streamed)",
+    description="Every message in sequence order: `jsonl` (one message per line) or `json` "
+    '(`{"cluster": {...}, "messages": [...]}`).',
+)
+def clusters_export(
+    request: HttpRequest, cluster_id: str, format: Literal["jsonl", "json"] = "jsonl"
+) -> StreamingHttpResponse:
+    require_cluster(request, cluster_id)
+    chunks = exporting.cluster_export(cluster_id=cluster_id, format=format)
+    response = StreamingHttpResponse(chunks, content_type=exporting.CONTENT_TYPES[format])
+    response["Content-Disposition"] = f'attachment; filename="{cluster_id}.{format}"'
+    return response

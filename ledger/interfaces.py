@@ -16,12 +16,14 @@ from ledger.selectors import (
     message_latest,
     message_query,
     message_select,
+    message_tail_topics,
 )
 from ledger.services import (
     ImportedMessage,
     MessageDraft,
     cluster_clock_advance,
     cluster_create,
+    cluster_lock,
     message_import_batch,
     message_publish,
     message_publish_batch,
@@ -39,6 +41,7 @@ __all__ = [
     "cluster_create",
     "cluster_get",
     "cluster_list",
+    "cluster_lock",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",
@@ -48,6 +51,7 @@ __all__ = [
     "message_publish_batch",
     "message_query",
     "message_select",
+    "message_tail_topics",
     "now_ms",
     "replay_allowed",
 ]

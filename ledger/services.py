@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, models, transaction
 
 from ledger.bus import bus
 from ledger.models import Cluster, ClusterState, Message
@@ -413,12 +413,15 @@ class ImportedMessage:
 
 
 def message_import_batch(
-    *, cluster_id: str, messages: Sequence[ImportedMessage]
+    *, cluster_id: str, messages: Sequence[ImportedMessage], assume_absent: bool = False
 ) -> list[MessageRecord]:
     """Append messages that keep their ids and timestamps; ids already present are skipped.
 
     Imports take the source's values as they are (SPEC §1.1): no topic or size checks, no
     timestamp adjustment. Sequences follow the order given. Returns the newly stored messages.
+    ``assume_absent`` skips the look-up of stored ids, for a caller that filled the cluster from
+    its start with ids that are unique (an import into a cluster it created); the unique
+    constraint still refuses a duplicate (``Conflict``).
     """
     if not messages:
         return []
@@ -429,9 +432,13 @@ def message_import_batch(
                 f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id}
             )
         ids = [m.id for m in messages]
-        present = set(
-            Message.objects.filter(cluster=cluster, message_id__in=ids).values_list(
-                "message_id", flat=True
+        present = (
+            set()
+            if assume_absent or cluster.last_sequence == 0
+            else set(
+                Message.objects.filter(cluster=cluster, message_id__in=ids).values_list(
+                    "message_id", flat=True
+                )
             )
         )
         fresh: list[ImportedMessage] = []
@@ -443,7 +450,7 @@ def message_import_batch(
             return []
         rows = [
             Message(
-                cluster=cluster,
+                cluster_id=cluster.pk,
                 message_id=m.id,
                 sequence=cluster.last_sequence + offset + 1,
                 timestamp=m.timestamp,
@@ -457,13 +464,48 @@ def message_import_batch(
             )
             for offset, m in enumerate(fresh)
         ]
-        Message.objects.bulk_create(rows)
+        try:
+            _insert_messages(rows)
+        except IntegrityError as error:
+            raise Conflict(
+                "a message with this id already exists in the cluster",
+                details={"reason": str(error)},
+            ) from error
         cluster.last_sequence += len(rows)
         cluster.last_timestamp = max(cluster.last_timestamp, *(r.timestamp for r in rows))
         cluster.save(update_fields=["last_sequence", "last_timestamp"])
         records = [message_record(row, cluster_id=cluster_id) for row in rows]
         bus.deliver_on_commit(records, imported=True)
         return records
+
+
+def _insert_messages(rows: Sequence[Message]) -> None:
+    """``bulk_create`` for large imports: one prepared one-row INSERT run by ``executemany``.
+
+    ``bulk_create`` compiles every value into multi-row SQL (about 90 rows per statement on
+    SQLite), which costs three times the database's own work on an import of a million rows.
+    Columns come from the model, so a new field is inserted too; values are the attributes as
+    the service set them, JSON adapted by the backend as ``JSONField`` would.
+    """
+    fields = [f for f in Message._meta.concrete_fields if not f.primary_key]
+    json_fields = {f.attname for f in fields if isinstance(f, models.JSONField)}
+    adapt_json = connection.ops.adapt_json_value
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(Message._meta.db_table)} "
+        f"({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+
+    def value(row: Message, attname: str) -> Any:
+        raw = getattr(row, attname)
+        if attname in json_fields and raw is not None:
+            return adapt_json(raw, None)
+        return raw
+
+    params = [[value(row, f.attname) for f in fields] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def cluster_clock_advance(*, cluster_id: str, to: int) -> None:
@@ -474,3 +516,22 @@ def cluster_clock_advance(*, cluster_id: str, to: int) -> None:
     in the same millisecond as the build from falling between the two.
     """
     Cluster.objects.filter(pk=cluster_id, last_timestamp__lt=to).update(last_timestamp=to)
+
+
+def cluster_lock(*, cluster_id: str) -> int:
+    """Take the cluster's row lock for the rest of the transaction; return its last sequence.
+
+    The lock publishers take (``_store``): a reader that holds it sees every message committed
+    up to the returned sequence and no publisher can add one until the transaction ends.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("cluster_lock must be called inside transaction.atomic()")
+    last = (
+        Cluster.objects.select_for_update()
+        .filter(pk=cluster_id)
+        .values_list("last_sequence", flat=True)
+        .first()
+    )
+    if last is None:
+        raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
+    return last

@@ -1,0 +1,339 @@
+"""Importing zeroshot ledgers (SPEC §6.5): once, or following them live.
+
+The source files are only ever read through private copies (``ledger.zeroshot``), so an import
+never changes them, even while zeroshot is writing. Messages keep their ids, timestamps and
+content; the ledger gives them sequences in zeroshot's replay order ``(timestamp, rowid)``.
+Ids already present are skipped, so importing the same ledger twice adds nothing.
+
+A cluster that does not exist yet is created from its ``clusters.json`` entry when there is one:
+its config, its state (when it is one of ours) and its ``createdAt``. Without an entry it gets
+``{"agents": []}``, the time of its first message, and the state ``stopped`` (nothing of ours
+runs it), or ``completed`` / ``failed`` when the ledger holds ``CLUSTER_COMPLETE`` /
+``CLUSTER_FAILED``. A cluster that already exists is kept as it is; only new messages are added.
+See docs/decisions/0020-zeroshot-import-and-follow.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ledger.models import Cluster, ClusterState
+from ledger.records import MessageRecord
+from ledger.services import (
+    STATE_BY_TOPIC,
+    ImportedMessage,
+    cluster_create,
+    message_import_batch,
+    now_ms,
+)
+from ledger.zeroshot import (
+    LedgerSource,
+    StrPath,
+    ZeroshotFormatError,
+    ZeroshotMessage,
+    ZeroshotSourceError,
+    _copy_ledger_files,  # the one copy routine that copes with a writer mid-copy
+    count_messages,
+    discover,
+    open_snapshot,
+    read_messages,
+    read_messages_after_rowid,
+)
+from zeroshot_web.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+IMPORT_BATCH = 5000
+FOLLOW_BATCH = 1000
+# Called after each batch with the ledger's cluster id, the rows read so far and its row count.
+Progress = Callable[[str, int, int], None]
+OnMessages = Callable[[list[MessageRecord]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerImport:
+    """What importing one ledger file did."""
+
+    cluster_id: str
+    path: Path
+    total: int = 0
+    imported: int = 0
+    skipped: int = 0
+    created: bool = False
+    # The highest rowid read: following the ledger continues after it.
+    last_rowid: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import did, one entry per ledger file."""
+
+    ledgers: tuple[LedgerImport, ...] = field(default_factory=tuple)
+
+    @property
+    def imported(self) -> int:
+        return sum(ledger.imported for ledger in self.ledgers)
+
+    @property
+    def skipped(self) -> int:
+        return sum(ledger.skipped for ledger in self.ledgers)
+
+    @property
+    def failed(self) -> list[LedgerImport]:
+        return [ledger for ledger in self.ledgers if ledger.error is not None]
+
+
+def zeroshot_import(
+    *, path: StrPath | Sequence[StrPath], progress: Progress | None = None
+) -> ImportReport:
+    """Import zeroshot ledgers (a ``.db`` file or a ``~/.zeroshot``-style folder, or several)."""
+    sources = _discover_all(path)
+    return ImportReport(ledgers=tuple(_import_source(source=s, progress=progress) for s in sources))
+
+
+def _discover_all(path: StrPath | Sequence[StrPath]) -> list[LedgerSource]:
+    paths = [path] if isinstance(path, str | os.PathLike) else list(path)
+    return [source for p in paths for source in discover(p)]
+
+
+def _import_source(*, source: LedgerSource, progress: Progress | None) -> LedgerImport:
+    """Import one ledger; a ledger that cannot be read is reported, not raised."""
+    try:
+        with open_snapshot(source.path) as conn:
+            return _import_rows(source=source, conn=conn, progress=progress)
+    except ServiceError as error:
+        logger.warning("cannot import %s: %s", source.path, error.message)
+        return LedgerImport(cluster_id=source.cluster_id, path=source.path, error=error.message)
+
+
+def _import_rows(
+    *, source: LedgerSource, conn: sqlite3.Connection, progress: Progress | None
+) -> LedgerImport:
+    cluster_id = source.cluster_id
+    total = count_messages(conn)
+    created = False
+    imported = done = last_rowid = 0
+    state_topic: str | None = None
+    if progress is not None:
+        progress(cluster_id, 0, total)
+    for batch in read_messages(conn, batch_size=IMPORT_BATCH):
+        if done == 0:
+            created = _cluster_ensure(source=source, first_timestamp=batch[0].timestamp)
+        records = message_import_batch(
+            cluster_id=cluster_id,
+            messages=[_imported(m) for m in batch],
+            # A cluster created by this import holds only this ledger's rows, whose ids are
+            # unique (zeroshot's primary key): no need to look them up batch after batch.
+            assume_absent=created,
+        )
+        imported += len(records)
+        done += len(batch)
+        last_rowid = max(last_rowid, *(m.rowid for m in batch))
+        state_topic = _last_state_topic(records) or state_topic
+        if progress is not None:
+            progress(cluster_id, done, max(total, done))
+    if done == 0:
+        created = _cluster_ensure(source=source, first_timestamp=None)
+    if created:
+        _cluster_state_settle(source=source, state_topic=state_topic)
+    elif state_topic is not None:
+        _cluster_state_follow(cluster_id=cluster_id, topic=state_topic)
+    return LedgerImport(
+        cluster_id=cluster_id,
+        path=source.path,
+        total=max(total, done),
+        imported=imported,
+        skipped=done - imported,
+        created=created,
+        last_rowid=last_rowid,
+    )
+
+
+def _cluster_ensure(*, source: LedgerSource, first_timestamp: int | None) -> bool:
+    """Create the ledger's cluster unless it exists; True when it was created now."""
+    if Cluster.objects.filter(pk=source.cluster_id).exists():
+        return False
+    entry = source.cluster
+    created_at = entry.created_at if entry is not None else None
+    if created_at is None:
+        created_at = first_timestamp if first_timestamp is not None else now_ms()
+    cluster_create(
+        cluster_id=source.cluster_id,
+        config=entry.config if entry is not None else {"agents": []},
+        # Settled once the messages are in (``_cluster_state_settle``).
+        state=ClusterState.STOPPED,
+        created_at=created_at,
+    )
+    return True
+
+
+def _imported(message: ZeroshotMessage) -> ImportedMessage:
+    return ImportedMessage(
+        # zeroshot's id column may hold NULL (a TEXT primary key allows it): name the row stably.
+        id=message.id or f"zeroshot-rowid-{message.rowid}",
+        timestamp=message.timestamp,
+        topic=message.topic,
+        sender=message.sender,
+        receiver=message.receiver,
+        content=message.content,
+        metadata=message.metadata,
+    )
+
+
+def _last_state_topic(records: Sequence[MessageRecord]) -> str | None:
+    return next((r.topic for r in reversed(records) if r.topic in STATE_BY_TOPIC), None)
+
+
+def _cluster_state_settle(*, source: LedgerSource, state_topic: str | None) -> None:
+    """Give a cluster created by the import its state: zeroshot's registry first, then topics."""
+    registry_state = source.cluster.state if source.cluster is not None else None
+    if registry_state in ClusterState.values:
+        state = str(registry_state)
+    elif state_topic is not None:
+        state = STATE_BY_TOPIC[state_topic]
+    else:
+        return
+    Cluster.objects.filter(pk=source.cluster_id).update(state=state)
+
+
+def _cluster_state_follow(*, cluster_id: str, topic: str) -> None:
+    """``CLUSTER_COMPLETE`` / ``CLUSTER_FAILED`` move the state (SPEC §1.2), imported or not."""
+    Cluster.objects.filter(pk=cluster_id).update(state=STATE_BY_TOPIC[topic])
+
+
+# --- following ---------------------------------------------------------------------------------
+
+
+class _LedgerTail:
+    """A private, refreshed copy of one live ledger, read after the last rowid seen.
+
+    The database file changes only when zeroshot checkpoints its WAL, the WAL on every write. So
+    each poll copies nothing when neither changed, only the WAL when the database file held
+    still (checked before and after the copy), and everything otherwise. The copy is opened
+    read-only, so closing it never checkpoints the copied WAL into the copied database: the copy
+    stays "database as of the last full copy + a later state of the same WAL".
+    """
+
+    def __init__(self, *, source: LedgerSource, last_rowid: int, copy_dir: Path) -> None:
+        self.source = source
+        self.last_rowid = last_rowid
+        self.copy_dir = copy_dir
+        self.copy = copy_dir / source.path.name
+        self._main_stamp: tuple[int, int] | None = None
+        self._wal_stamp: tuple[int, int] | None = None
+
+    def poll(self) -> list[ZeroshotMessage]:
+        """The rows committed since the last poll, in rowid order (at most ``FOLLOW_BATCH``)."""
+        if not self._refresh():
+            return []
+        conn = sqlite3.connect(f"{self.copy.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = read_messages_after_rowid(conn, self.last_rowid, FOLLOW_BATCH)
+        finally:
+            conn.close()
+        if len(rows) == FOLLOW_BATCH:
+            # More to read: the next poll reads this copy again without waiting for a change.
+            self._wal_stamp = None
+        if rows:
+            self.last_rowid = rows[-1].rowid
+        return rows
+
+    def _refresh(self) -> bool:
+        """Bring the copy up to date; False when the source has not changed since last time."""
+        source_wal = Path(f"{self.source.path}-wal")
+        main, wal = _stamp(self.source.path), _stamp(source_wal)
+        if main is None:
+            raise ZeroshotSourceError(f"{self.source.path} is gone")
+        if main == self._main_stamp and wal == self._wal_stamp:
+            return False
+        if main == self._main_stamp:
+            copied_wal = Path(f"{self.copy}-wal")
+            try:
+                shutil.copyfile(source_wal, copied_wal)
+            except FileNotFoundError:
+                copied_wal.unlink(missing_ok=True)
+            Path(f"{self.copy}-shm").unlink(missing_ok=True)
+            # A checkpoint during the copy would pair the old database with a newer WAL.
+            if _stamp(self.source.path) == main:
+                self._wal_stamp = wal
+                return True
+        # First poll, or a checkpoint moved pages into the database file: copy everything.
+        _copy_ledger_files(self.source.path, self.copy_dir)
+        # SQLite rebuilds the WAL index from the copied WAL; a -shm copied mid-write could lie.
+        Path(f"{self.copy}-shm").unlink(missing_ok=True)
+        self._main_stamp = _stamp(self.source.path)
+        self._wal_stamp = wal
+        return True
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def zeroshot_follow(
+    *,
+    path: StrPath | Sequence[StrPath],
+    poll_interval: float = 0.5,
+    stop: threading.Event | None = None,
+    on_message: OnMessages | None = None,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import zeroshot ledgers, then keep importing their new rows until ``stop`` is set.
+
+    New rows are read by rowid (commit order) from a private copy refreshed on each poll and
+    stored with ``message_import_batch``, which pushes them to live clients on commit. The
+    ledgers followed are those found when following starts.
+    """
+    stop = stop or threading.Event()
+    done = [(s, _import_source(source=s, progress=progress)) for s in _discover_all(path)]
+    with tempfile.TemporaryDirectory(prefix="zeroshot-follow-") as tmp:
+        tails = []
+        for index, (source, ledger) in enumerate(done):
+            if ledger.error is not None:
+                continue
+            copy_dir = Path(tmp) / str(index)
+            copy_dir.mkdir()
+            tails.append(
+                _LedgerTail(source=source, last_rowid=ledger.last_rowid, copy_dir=copy_dir)
+            )
+        while not stop.is_set():
+            busy = False
+            for tail in tails:
+                busy = _follow_poll(tail=tail, on_message=on_message) or busy
+            if not busy:
+                stop.wait(poll_interval)
+    return ImportReport(ledgers=tuple(ledger for _, ledger in done))
+
+
+def _follow_poll(*, tail: _LedgerTail, on_message: OnMessages | None) -> bool:
+    """Import what one ledger gained since the last poll; True when rows were read."""
+    try:
+        rows = tail.poll()
+    except (ZeroshotSourceError, ZeroshotFormatError, sqlite3.DatabaseError) as error:
+        # The writer may be mid-checkpoint or the file briefly unreadable: try again next poll.
+        logger.warning("cannot follow %s: %s", tail.source.path, error)
+        return False
+    if not rows:
+        return False
+    records = message_import_batch(
+        cluster_id=tail.source.cluster_id, messages=[_imported(m) for m in rows]
+    )
+    topic = _last_state_topic(records)
+    if topic is not None:
+        _cluster_state_follow(cluster_id=tail.source.cluster_id, topic=topic)
+    if records and on_message is not None:
+        on_message(records)
+    return True
