@@ -17,7 +17,7 @@ WORKER_VALIDATOR_AGENTS: list[dict[str, Any]] = [
             "onComplete": {"action": "publish_message", "config": {"topic": "IMPLEMENTATION_READY"}}
         },
         "contextStrategy": {
-            "maxTokens": 6000,
+            "maxTokens": 650,
             "sources": [
                 {"topic": "ISSUE_OPENED", "priority": "required"},
                 {"topic": "STATE_SNAPSHOT", "amount": 1, "priority": "required"},
@@ -44,7 +44,7 @@ WORKER_VALIDATOR_AGENTS: list[dict[str, Any]] = [
             "required": ["approved", "summary"],
         },
         "contextStrategy": {
-            "maxTokens": 4000,
+            "maxTokens": 750,
             "sources": [
                 {"topic": "ISSUE_OPENED", "priority": "required"},
                 {"topic": "IMPLEMENTATION_READY", "amount": 1, "priority": "required"},

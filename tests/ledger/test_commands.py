@@ -52,3 +52,19 @@ def test_demo_fills_an_empty_database_once(db: None) -> None:
         "AGENT_LIFECYCLE",
     } <= topics
     assert set(Cluster.objects.values_list("state", flat=True)) >= {"running", "completed"}
+
+
+def test_demo_records_builds_and_snapshots_as_a_run_would(db: None) -> None:
+    from context.models import ContextBuild
+    from context.snapshot import snapshot_summary
+
+    call_command("demo", stdout=StringIO())
+
+    builds = ContextBuild.objects.filter(cluster_id="amber-comet-7")
+    assert {b.agent_id for b in builds} == {"worker", "validator"}
+    assert sorted(b.iteration for b in builds if b.agent_id == "worker") == [1, 2, 3]
+    snapshots = Message.objects.filter(cluster_id="amber-comet-7", topic="STATE_SNAPSHOT")
+    newest = snapshots.order_by("-sequence").first()
+    assert newest is not None
+    assert newest.content["text"] == snapshot_summary(newest.content["data"])
+    assert "Validation: approved" in newest.content["text"]
