@@ -99,7 +99,7 @@ def main() -> None:
         from django.db import connection
 
         import context.services as services
-        from context.templates import template_builtin_list, template_resolve
+        from context.cluster_templates import template_builtin_list, template_resolve
         from ledger.bus import bus
 
         bus.push_enabled = False  # no live clients here; measure the build itself

@@ -18,9 +18,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.db.models import Count, Max
 
-from context.models import ClusterTemplate, ClusterTemplateVersion
-from context.strategy import strategy_validate_agents
-from context.templates import (
+from context.cluster_templates import (
     JSON,
     TemplateError,
     TemplateSpec,
@@ -29,6 +27,8 @@ from context.templates import (
     template_parse,
     template_resolve,
 )
+from context.models import ClusterTemplate, ClusterTemplateVersion
+from context.strategy import strategy_validate_agents
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord
 from zeroshot_web.errors import InvalidInput, NotFound

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from context.templates import template_builtin_list, template_parse, template_resolve
+from context.cluster_templates import template_builtin_list, template_parse, template_resolve
 
 BUILTINS = template_builtin_list()
 NAMES = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]

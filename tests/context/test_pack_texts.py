@@ -9,12 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from context.jsformat import data_is_written, iso_ms, js_json
 from context.packs import (
     DEFAULT_RULES,
     build_packs,
-    data_is_written,
-    iso_ms,
-    js_json,
     prompt_text,
     render_header,
     render_instructions,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from context.cluster_templates import template_builtin_list
 from context.template_services import template_get, template_versions
-from context.templates import template_builtin_list
 from zeroshot_web.errors import NotFound
 
 pytestmark = pytest.mark.django_db

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from context.cluster_templates import TemplateError, template_builtin_list
 from context.template_services import (
     cluster_create_from_template,
     template_check,
@@ -17,7 +18,6 @@ from context.template_services import (
     template_versions,
     templates_load_builtin,
 )
-from context.templates import TemplateError, template_builtin_list
 from zeroshot_web.errors import InvalidInput, NotFound
 
 pytestmark = pytest.mark.django_db

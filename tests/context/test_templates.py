@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from context.templates import TemplateError, template_params, template_parse, template_resolve
+from context.cluster_templates import (
+    TemplateError,
+    template_params,
+    template_parse,
+    template_resolve,
+)
 from zeroshot_web.errors import InvalidInput
 
 

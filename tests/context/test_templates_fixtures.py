@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from context.templates import TemplateError, template_parse, template_resolve
+from context.cluster_templates import TemplateError, template_parse, template_resolve
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot"
 TEMPLATES = FIXTURES / "templates"

@@ -1,76 +1,27 @@
-"""An agent's ``contextStrategy`` (SPEC §2, §2.1): parsing with defaults, and validation."""
+"""Validating ``contextStrategy`` objects (SPEC §2.1): errors that reject, warnings that advise."""
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, TypeGuard, cast
+from typing import Any, Final
 
-from zeroshot_web.errors import InvalidInput
-
-Strategy = Literal["latest", "oldest", "all"]
-Priority = Literal["required", "high", "medium", "low"]
-
-STRATEGIES: Final[tuple[Strategy, ...]] = ("latest", "oldest", "all")
-PRIORITIES: Final[tuple[Priority, ...]] = ("required", "high", "medium", "low")
-SINCE_KEYWORDS: Final = ("cluster_start", "last_task_end", "last_agent_start")
-SINCE_FORMS: Final = (
-    "cluster_start, last_task_end, last_agent_start, an ISO-8601 timestamp or a number of ms"
+from context.strategy.spec import (
+    PRIORITIES,
+    REQUIRED_TOPICS,
+    SINCE_FORMS,
+    STRATEGIES,
+    UNPUBLISHED_OK_TOPICS,
+    is_number,
+    is_positive_integer,
+    is_since_valid,
 )
-DEFAULT_MAX_TOKENS: Final = 100_000
-DEFAULT_COMPACT_AMOUNT: Final = 1
-REQUIRED_TOPICS: Final = frozenset({"STATE_SNAPSHOT", "ISSUE_OPENED", "PLAN_READY"})
-HIGH_TOPICS: Final = frozenset({"VALIDATION_RESULT", "IMPLEMENTATION_READY"})
-# Published by the system or by the operator rather than by an agent of the config.
-UNPUBLISHED_OK_TOPICS: Final = frozenset({"ISSUE_OPENED", "CLUSTER_RESUMED", "STATE_SNAPSHOT"})
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_ISO_DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 _PLACEHOLDER: Final = re.compile(r"\{\{\s*[^{}]*\}\}")
 # `topic: 'NAME'` inside a hook script: scripts are never run here, this only spots literals.
 _SCRIPT_TOPIC: Final = re.compile(r"""\btopic\s*:\s*(['"`])([A-Z][A-Z0-9_]*)\1""")
-
-
-class StrategyError(InvalidInput, ValueError):
-    """An invalid context strategy; ``details`` lists one error dict per problem."""
-
-    code = "invalid_strategy"
-
-    def __init__(self, message: str, details: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message, details=details or [])
-        self.details: list[dict[str, Any]] = details or []
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSpec:
-    """One context source with every SPEC §2 default applied."""
-
-    index: int
-    topic: str
-    sender: str | None
-    # A keyword, an ISO-8601 string or ms; resolved per build by ``selection.since_resolve``.
-    since: str | int | None
-    strategy: Strategy
-    amount: int | None
-    priority: Priority
-    compact_strategy: Strategy
-    compact_amount: int
-
-    @property
-    def pack_id(self) -> str:
-        return f"source:{self.topic}:{self.index}"
-
-
-@dataclass(frozen=True, slots=True)
-class ContextStrategy:
-    """A parsed ``contextStrategy``: its sources in order and the token budget."""
-
-    sources: tuple[SourceSpec, ...] = ()
-    max_tokens: int = DEFAULT_MAX_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,27 +60,6 @@ class ValidationReport:
         }
 
 
-def strategy_parse(
-    raw: Mapping[str, Any] | None, *, agent_id: str | None = None
-) -> ContextStrategy:
-    """Parse a raw ``contextStrategy`` with defaults; raise StrategyError when it is invalid."""
-    if raw is None:
-        return ContextStrategy()
-    errors = list(_strategy_errors(raw, agent=agent_id))
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise StrategyError(
-            f"invalid contextStrategy: {errors[0].message}{more}",
-            [issue.to_dict() for issue in errors],
-        )
-    raw_sources = raw.get("sources")
-    sources = raw_sources if isinstance(raw_sources, list) else []
-    return ContextStrategy(
-        sources=tuple(_source_spec(index, source) for index, source in enumerate(sources)),
-        max_tokens=_max_tokens(raw.get("maxTokens")),
-    )
-
-
 def strategy_validate(
     strategy_raw: Any,
     *,
@@ -140,7 +70,7 @@ def strategy_validate(
     published = _published_topics(agents) if agents is not None else None
     agent = _find_agent(agents, agent_id) if agents is not None else None
     triggers = agent.get("triggers") if agent is not None else None
-    errors = list(_strategy_errors(strategy_raw, agent=agent_id))
+    errors = list(strategy_errors(strategy_raw, agent=agent_id))
     warnings = list(
         _strategy_warnings(strategy_raw, agent=agent_id, published=published, triggers=triggers)
     )
@@ -161,104 +91,14 @@ def strategy_validate_agents(agents: Sequence[Any]) -> ValidationReport:
         if "contextStrategy" not in agent or agent["contextStrategy"] is None:
             continue
         raw = agent["contextStrategy"]
-        errors.extend(_strategy_errors(raw, agent=name))
+        errors.extend(strategy_errors(raw, agent=name))
         warnings.extend(
             _strategy_warnings(raw, agent=name, published=published, triggers=agent.get("triggers"))
         )
     return ValidationReport(valid=not errors, errors=errors, warnings=warnings)
 
 
-def default_priority(topic: str) -> Priority:
-    """Return the priority of a source that sets none (SPEC §2)."""
-    if topic in REQUIRED_TOPICS:
-        return "required"
-    if topic in HIGH_TOPICS:
-        return "high"
-    return "medium"
-
-
-def iso_to_ms(value: str) -> int | None:
-    """Parse an ISO-8601 timestamp to ms since the epoch (UTC when no offset); None if invalid."""
-    if not _ISO_DATE.match(value):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        # A server has no meaningful local time zone: a naive timestamp is read as UTC.
-        parsed = parsed.replace(tzinfo=UTC)
-    return (parsed - _EPOCH) // timedelta(milliseconds=1)
-
-
-def since_number(value: Any) -> int | None:
-    """Return a numeric ``since`` as whole ms (rounded up, keeping ``>=``), else None."""
-    if _is_number(value) and _is_finite(value):
-        return math.ceil(value)
-    return None
-
-
-def is_since_valid(value: Any) -> bool:
-    """Tell whether ``since`` is a keyword, an ISO-8601 string or a number of ms."""
-    if isinstance(value, str):
-        return value in SINCE_KEYWORDS or iso_to_ms(value) is not None
-    return since_number(value) is not None
-
-
-# --- parsing ----------------------------------------------------------------------------------
-
-
-def _source_spec(index: int, raw: Mapping[str, Any]) -> SourceSpec:
-    amount = _int_or_none(raw.get("amount"))
-    if amount is None:
-        amount = _int_or_none(raw.get("limit"))
-    strategy = cast("Strategy | None", raw.get("strategy")) or (
-        "latest" if amount is not None else "all"
-    )
-    compact_amount = _int_or_none(raw.get("compactAmount")) or DEFAULT_COMPACT_AMOUNT
-    compact_strategy = cast("Strategy | None", raw.get("compactStrategy")) or (
-        "latest" if strategy == "all" else strategy
-    )
-    topic = str(raw["topic"])
-    since = raw.get("since")
-    return SourceSpec(
-        index=index,
-        topic=topic,
-        sender=raw.get("sender"),
-        since=since if isinstance(since, str) else since_number(since),
-        strategy=strategy,
-        amount=amount,
-        priority=cast("Priority | None", raw.get("priority")) or default_priority(topic),
-        compact_strategy=compact_strategy,
-        compact_amount=compact_amount,
-    )
-
-
-def _max_tokens(value: Any) -> int:
-    parsed = _int_or_none(value)
-    return parsed if parsed else DEFAULT_MAX_TOKENS
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if _is_number(value) else None
-
-
-def _is_number(value: Any) -> TypeGuard[int | float]:
-    # bool is an int subclass in Python, but true is not a number in JSON.
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_positive_integer(value: Any) -> bool:
-    # JSON has one number type: 2.0 is the integer 2, as it is in JavaScript.
-    return _is_number(value) and _is_finite(value) and value == int(value) and value > 0
-
-
-def _is_finite(value: float) -> bool:
-    # math.isfinite converts to float, which overflows for the huge integers JSON allows.
-    return isinstance(value, int) or math.isfinite(value)
-
-
-# --- validation -------------------------------------------------------------------------------
+# --- errors -----------------------------------------------------------------------------------
 
 
 def _issue(agent: str | None, source: int | None, field: str, text: str) -> Issue:
@@ -276,7 +116,7 @@ def _show(value: Any) -> str:
         return repr(value)
 
 
-def _strategy_errors(raw: Any, *, agent: str | None) -> Iterator[Issue]:
+def strategy_errors(raw: Any, *, agent: str | None) -> Iterator[Issue]:
     if raw is None:
         return
     if not isinstance(raw, Mapping):
@@ -294,7 +134,7 @@ def _strategy_errors(raw: Any, *, agent: str | None) -> Iterator[Issue]:
 
 
 def _max_tokens_errors(value: Any, *, agent: str | None) -> Iterator[Issue]:
-    if value is None or (_is_number(value) and value == 0):
+    if value is None or (is_number(value) and value == 0):
         return
     if isinstance(value, str) and _PLACEHOLDER.search(value):
         yield _issue(
@@ -303,7 +143,7 @@ def _max_tokens_errors(value: Any, *, agent: str | None) -> Iterator[Issue]:
             "maxTokens",
             f"unresolved template placeholder {_show(value)} (expected a positive integer)",
         )
-    elif not _is_positive_integer(value):
+    elif not is_positive_integer(value):
         yield _issue(agent, None, "maxTokens", f"must be a positive integer, got {_show(value)}")
 
 
@@ -338,7 +178,7 @@ def _source_errors(source: Any, *, index: int, agent: str | None) -> Iterator[Is
         )
     for field in ("amount", "limit", "compactAmount"):
         value = source.get(field)
-        if value is not None and not _is_positive_integer(value):
+        if value is not None and not is_positive_integer(value):
             yield _issue(agent, index, field, f"must be a positive integer, got {_show(value)}")
     since = source.get("since")
     if since is not None and not is_since_valid(since):
@@ -349,6 +189,9 @@ def _source_errors(source: Any, *, index: int, agent: str | None) -> Iterator[Is
             "since",
             f"unknown since value {_show(since)}{where} (expected {SINCE_FORMS})",
         )
+
+
+# --- warnings ---------------------------------------------------------------------------------
 
 
 def _strategy_warnings(
