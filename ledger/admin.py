@@ -23,7 +23,19 @@ class ClusterAdmin(ReadOnlyAdmin):
     list_display = ("id", "state", "template", "last_sequence", "created_at")
     list_filter = ("state", "template")
     search_fields = ("id",)
-    # Deleting stays allowed: Django's delete view lists what goes and asks for confirmation.
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
+        """Summarise what goes instead of listing every message (a ledger may hold millions).
+
+        Deleting stays an operator action with Django's confirmation page; messages cannot be
+        deleted on their own, so their own delete permission is not asked for here.
+        """
+        clusters = list(objs)
+        messages = sum(c.last_sequence for c in clusters)
+        summary = [f"cluster {c.id} with its {c.last_sequence:,} messages" for c in clusters]
+        return summary, {"clusters": len(clusters), "messages": messages}, set(), []
 
 
 @admin.register(Message)
