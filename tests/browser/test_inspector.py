@@ -102,3 +102,18 @@ def test_agent_text_never_runs(signed_in_page: Any, screenshot: Any) -> None:
     assert page.evaluate("window.__xss") is None
     assert page.locator("pre.prompt", has_text="<script>window.__xss=1</script>").count() >= 1
     screenshot(page, "inspector-xss")
+
+    # The same text in two recorded builds: their diff and the metrics page stay inert too.
+    first = context_build(cluster_id="xss-cluster", agent_id="worker")
+    message_publish(
+        cluster_id="xss-cluster",
+        draft=MessageDraft(topic="ISSUE_OPENED", sender=XSS, content={"text": XSS + " again"}),
+    )
+    second = context_build(cluster_id="xss-cluster", agent_id="worker")
+    page.goto(f"/clusters/xss-cluster/agents/worker/diff/?a={first.build_id}&b={second.build_id}")
+    assert page.locator(".dl-add", has_text="<script>window.__xss=1</script>").count() >= 1
+    assert page.evaluate("window.__xss") is None
+    screenshot(page, "xss-diff")
+    for path in ("/clusters/xss-cluster/metrics/", "/clusters/xss-cluster/", "/"):
+        page.goto(path)
+        assert page.evaluate("window.__xss") is None, path
