@@ -55,9 +55,7 @@ class ClusterTemplate(models.Model):
 class ClusterTemplateVersion(models.Model):
     """One saved body of a template; the newest version is the template's current body."""
 
-    template = models.ForeignKey(
-        ClusterTemplate, on_delete=models.CASCADE, related_name="versions"
-    )
+    template = models.ForeignKey(ClusterTemplate, on_delete=models.CASCADE, related_name="versions")
     version = models.PositiveIntegerField()
     body = models.JSONField()
     note = models.CharField(max_length=200, blank=True, default="")
@@ -66,9 +64,7 @@ class ClusterTemplateVersion(models.Model):
     class Meta:
         ordering = ("template", "-version")
         constraints = (
-            models.UniqueConstraint(
-                fields=["template", "version"], name="template_version_unique"
-            ),
+            models.UniqueConstraint(fields=["template", "version"], name="template_version_unique"),
         )
 
     def __str__(self) -> str:

@@ -31,6 +31,7 @@ from ledger.services import (
     STATE_BY_TOPIC,
     ImportedMessage,
     cluster_create,
+    message_import_backfill,
     message_import_batch,
     now_ms,
 )
@@ -51,7 +52,10 @@ from zeroshot_web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 
-IMPORT_BATCH = 5000
+# Rows per transaction. Message ids are random, so every batch writes pages all over the
+# ``(cluster, message_id)`` index; larger batches write each of them fewer times. 20,000 rows
+# still commit within about a second, so publishers never wait long for the write lock.
+IMPORT_BATCH = 20_000
 FOLLOW_BATCH = 1000
 # Called after each batch with the ledger's cluster id, the rows read so far and its row count.
 Progress = Callable[[str, int, int], None]
@@ -128,17 +132,20 @@ def _import_rows(
     for batch in read_messages(conn, batch_size=IMPORT_BATCH):
         if done == 0:
             created = _cluster_ensure(source=source, first_timestamp=batch[0].timestamp)
-        records = message_import_batch(
-            cluster_id=cluster_id,
-            messages=[_imported(m) for m in batch],
-            # A cluster created by this import holds only this ledger's rows, whose ids are
-            # unique (zeroshot's primary key): no need to look them up batch after batch.
-            assume_absent=created,
+        messages = [_imported(m) for m in batch]
+        # A cluster created by this import holds only this ledger's rows, whose ids are
+        # unique (zeroshot's primary key): no need to look them up batch after batch. Nobody
+        # followed it before it existed, so its history is not pushed message by message;
+        # rows added to a cluster that already existed reach its live clients as imported.
+        stored: Sequence[ImportedMessage | MessageRecord] = (
+            message_import_backfill(cluster_id=cluster_id, messages=messages, assume_absent=True)
+            if created
+            else message_import_batch(cluster_id=cluster_id, messages=messages)
         )
-        imported += len(records)
+        imported += len(stored)
         done += len(batch)
         last_rowid = max(last_rowid, *(m.rowid for m in batch))
-        state_topic = _last_state_topic(records) or state_topic
+        state_topic = _last_state_topic(stored) or state_topic
         if progress is not None:
             progress(cluster_id, done, max(total, done))
     if done == 0:
@@ -189,7 +196,7 @@ def _imported(message: ZeroshotMessage) -> ImportedMessage:
     )
 
 
-def _last_state_topic(records: Sequence[MessageRecord]) -> str | None:
+def _last_state_topic(records: Sequence[ImportedMessage | MessageRecord]) -> str | None:
     return next((r.topic for r in reversed(records) if r.topic in STATE_BY_TOPIC), None)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, transaction
 
 from ledger.bus import bus
 from ledger.models import Cluster, ClusterState, Message
@@ -399,6 +399,10 @@ def cluster_create(
     raise Conflict("could not find a free cluster id; give one explicitly")
 
 
+# Stored ids looked up per query when an import may repeat some.
+_LOOKUP_CHUNK = 5000
+
+
 @dataclass(frozen=True, slots=True)
 class ImportedMessage:
     """A message from another ledger: its id and timestamp are kept as they are."""
@@ -418,92 +422,152 @@ def message_import_batch(
     """Append messages that keep their ids and timestamps; ids already present are skipped.
 
     Imports take the source's values as they are (SPEC §1.1): no topic or size checks, no
-    timestamp adjustment. Sequences follow the order given. Returns the newly stored messages.
-    ``assume_absent`` skips the look-up of stored ids, for a caller that filled the cluster from
-    its start with ids that are unique (an import into a cluster it created); the unique
-    constraint still refuses a duplicate (``Conflict``).
+    timestamp adjustment. Sequences follow the order given. Returns the newly stored messages,
+    delivered on commit as imported. ``assume_absent`` skips the look-up of stored ids, for a
+    caller that filled the cluster from its start with ids that are unique (an import into a
+    cluster it created); the unique constraint still refuses a duplicate (``Conflict``).
     """
     if not messages:
         return []
     with bus.ordered_commit(cluster_id), transaction.atomic():
-        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
-        if cluster is None:
-            raise NotFound(
-                f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id}
-            )
-        ids = [m.id for m in messages]
-        present = (
-            set()
-            if assume_absent or cluster.last_sequence == 0
-            else set(
-                Message.objects.filter(cluster=cluster, message_id__in=ids).values_list(
-                    "message_id", flat=True
-                )
-            )
+        fresh, last_sequence = _import_store(
+            cluster_id=cluster_id, messages=messages, assume_absent=assume_absent
         )
-        fresh: list[ImportedMessage] = []
-        for message in messages:
-            if message.id not in present:
-                present.add(message.id)
-                fresh.append(message)
-        if not fresh:
-            return []
-        rows = [
-            Message(
-                cluster_id=cluster.pk,
-                message_id=m.id,
-                sequence=cluster.last_sequence + offset + 1,
+        records = [
+            MessageRecord(
+                id=m.id,
+                cluster_id=cluster_id,
+                sequence=sequence,
                 timestamp=m.timestamp,
                 topic=m.topic,
                 sender=m.sender,
                 receiver=m.receiver,
-                content=m.content,
+                content=m.content if isinstance(m.content, dict) else {},
                 metadata=m.metadata,
-                replayable=replay_allowed(topic=m.topic, content=m.content, metadata=m.metadata),
-                event=event_of(m.content),
             )
-            for offset, m in enumerate(fresh)
+            for sequence, m in enumerate(fresh, start=last_sequence + 1)
         ]
-        try:
-            _insert_messages(rows)
-        except IntegrityError as error:
-            raise Conflict(
-                "a message with this id already exists in the cluster",
-                details={"reason": str(error)},
-            ) from error
-        cluster.last_sequence += len(rows)
-        cluster.last_timestamp = max(cluster.last_timestamp, *(r.timestamp for r in rows))
-        cluster.save(update_fields=["last_sequence", "last_timestamp"])
-        records = [message_record(row, cluster_id=cluster_id) for row in rows]
         bus.deliver_on_commit(records, imported=True)
         return records
 
 
-def _insert_messages(rows: Sequence[Message]) -> None:
-    """``bulk_create`` for large imports: one prepared one-row INSERT run by ``executemany``.
+def message_import_backfill(
+    *, cluster_id: str, messages: Sequence[ImportedMessage], assume_absent: bool = False
+) -> list[ImportedMessage]:
+    """``message_import_batch`` for history nobody follows yet: nothing is handed to the bus.
+
+    For filling a cluster the caller has just created (a zeroshot import): no subscriber takes
+    imported messages as events, and no live client could follow the cluster before it existed,
+    so building and pushing a record per message would only slow a million-row import down;
+    a client that connects meanwhile catches up from the ledger (SPEC §1.4). Returns the
+    messages stored, in sequence order.
+    """
+    if not messages:
+        return []
+    with transaction.atomic():
+        fresh, _ = _import_store(
+            cluster_id=cluster_id, messages=messages, assume_absent=assume_absent
+        )
+    return fresh
+
+
+def _import_store(
+    *, cluster_id: str, messages: Sequence[ImportedMessage], assume_absent: bool
+) -> tuple[list[ImportedMessage], int]:
+    """Insert the messages whose ids are new, under the cluster's row lock.
+
+    Returns them in sequence order with the cluster's last sequence before them.
+    """
+    cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
+    present: set[str] = set()
+    if not assume_absent and cluster.last_sequence > 0:
+        ids = [m.id for m in messages]
+        # In chunks well under SQLite's limit of 32,766 bound parameters per statement.
+        for start in range(0, len(ids), _LOOKUP_CHUNK):
+            present.update(
+                Message.objects.filter(
+                    cluster=cluster, message_id__in=ids[start : start + _LOOKUP_CHUNK]
+                ).values_list("message_id", flat=True)
+            )
+    fresh: list[ImportedMessage] = []
+    for message in messages:
+        if message.id not in present:
+            present.add(message.id)
+            fresh.append(message)
+    last_sequence = cluster.last_sequence
+    if not fresh:
+        return fresh, last_sequence
+    try:
+        _insert_messages(cluster_id=cluster.pk, after_sequence=last_sequence, messages=fresh)
+    except IntegrityError as error:
+        raise Conflict(
+            "a message with this id already exists in the cluster",
+            details={"reason": str(error)},
+        ) from error
+    cluster.last_sequence += len(fresh)
+    cluster.last_timestamp = max(cluster.last_timestamp, max(m.timestamp for m in fresh))
+    cluster.save(update_fields=["last_sequence", "last_timestamp"])
+    return fresh, last_sequence
+
+
+# The columns an import sets itself, in the order ``_insert_messages`` builds its rows.
+_IMPORT_COLUMNS = (
+    "cluster_id",
+    "message_id",
+    "sequence",
+    "timestamp",
+    "topic",
+    "sender",
+    "receiver",
+    "content",
+    "metadata",
+    "replayable",
+    "event",
+)
+
+
+def _insert_messages(
+    *, cluster_id: str, after_sequence: int, messages: Sequence[ImportedMessage]
+) -> None:
+    """Insert imported messages with sequences from ``after_sequence + 1``, fast.
 
     ``bulk_create`` compiles every value into multi-row SQL (about 90 rows per statement on
-    SQLite), which costs three times the database's own work on an import of a million rows.
-    Columns come from the model, so a new field is inserted too; values are the attributes as
-    the service set them, JSON adapted by the backend as ``JSONField`` would.
+    SQLite), which costs three times the database's own work on an import of a million rows,
+    and a ``Message`` instance per row costs about as much as the INSERT itself. So: one
+    prepared one-row INSERT run by ``executemany`` over plain tuples. Columns come from the
+    model, so a field the import does not set is inserted too, with its default; JSON is
+    adapted by the backend as ``JSONField`` would.
     """
-    fields = [f for f in Message._meta.concrete_fields if not f.primary_key]
-    json_fields = {f.attname for f in fields if isinstance(f, models.JSONField)}
+    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
+    others = [f for name, f in fields.items() if name not in _IMPORT_COLUMNS]
+    columns = [fields[name] for name in _IMPORT_COLUMNS] + others
+    defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
     adapt_json = connection.ops.adapt_json_value
     quote = connection.ops.quote_name
     sql = (
         f"INSERT INTO {quote(Message._meta.db_table)} "
-        f"({', '.join(quote(f.column) for f in fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))})"
+        f"({', '.join(quote(f.column) for f in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))})"
     )
-
-    def value(row: Message, attname: str) -> Any:
-        raw = getattr(row, attname)
-        if attname in json_fields and raw is not None:
-            return adapt_json(raw, None)
-        return raw
-
-    params = [[value(row, f.attname) for f in fields] for row in rows]
+    params = [
+        (
+            cluster_id,
+            m.id,
+            sequence,
+            m.timestamp,
+            m.topic,
+            m.sender,
+            m.receiver,
+            adapt_json(m.content, None),
+            None if m.metadata is None else adapt_json(m.metadata, None),
+            replay_allowed(topic=m.topic, content=m.content, metadata=m.metadata),
+            event_of(m.content),
+            *defaults,
+        )
+        for sequence, m in enumerate(messages, start=after_sequence + 1)
+    ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
 

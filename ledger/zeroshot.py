@@ -289,13 +289,17 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every column: ``json.loads`` with an option builds a new one per call.
+_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _parse_json(value: object) -> JSON:
     """Parse a JSON column; NULL and anything that is not strict JSON read as None."""
     text = _as_text(value)
     if text is None:
         return None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _JSON_DECODER.decode(text)
     except ValueError:
         return None
 

@@ -12,10 +12,16 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from ledger.bus import bus
 from ledger.importing import zeroshot_import
 from ledger.models import Cluster, Message
 from ledger.selectors import cluster_get, message_tail
-from ledger.services import cluster_create
+from ledger.services import (
+    ImportedMessage,
+    cluster_create,
+    message_import_backfill,
+    message_import_batch,
+)
 from ledger.zeroshot import ZeroshotCluster, ZeroshotMessage, write_clusters_json, write_ledger
 
 pytestmark = pytest.mark.django_db
@@ -321,3 +327,54 @@ def test_the_command_fails_for_a_missing_path_or_a_broken_ledger(tmp_path: Path)
     with pytest.raises(CommandError, match="1 ledger"):
         call_command("import_zeroshot", str(tmp_path), stdout=StringIO(), stderr=err)
     assert "broken-one: not imported" in err.getvalue()
+
+
+def test_a_new_cluster_is_filled_without_the_bus_and_later_rows_reach_it(
+    tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a subscriber that takes imported messages too, and a ledger never imported
+    seen: list[str] = []
+    bus.subscribe(lambda m: seen.append(m.id))
+    path = tmp_path / f"{CLUSTER}.db"
+    write_ledger(path, [make_message(1, 1000), make_message(2, 1001)], with_sequence_table=True)
+
+    # when it is imported into a new cluster, then grows and is imported again
+    with django_capture_on_commit_callbacks(execute=True):
+        zeroshot_import(path=path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ("msg_new", 1002, "PLAN_READY", "planner", "broadcast", "again", None, None, CLUSTER),
+        )
+    conn.close()
+    with django_capture_on_commit_callbacks(execute=True):
+        zeroshot_import(path=path)
+
+    # then the history went in without deliveries; the row added to an existing cluster was one
+    assert seen == ["msg_new"]
+    assert [w["id"] for w in stored(CLUSTER)] == [
+        "msg_00000000000000000000000000000001",
+        "msg_00000000000000000000000000000002",
+        "msg_new",
+    ]
+
+
+def test_an_import_larger_than_one_id_lookup_skips_exactly_the_stored_ids() -> None:
+    # given a cluster holding 6,000 messages, more than one look-up of stored ids covers
+    cluster_create(cluster_id=CLUSTER)
+    messages = [
+        ImportedMessage(
+            f"m{i}", 1000 + i, "AGENT_OUTPUT", "worker", "broadcast", {"text": "x"}, None
+        )
+        for i in range(6001)
+    ]
+    message_import_backfill(cluster_id=CLUSTER, messages=messages[:6000])
+
+    # when all of them are imported again with one new message
+    stored_now = message_import_batch(cluster_id=CLUSTER, messages=messages)
+
+    # then only the new one is stored, after the others
+    assert [(r.id, r.sequence) for r in stored_now] == [("m6000", 6001)]
+    assert cluster_get(cluster_id=CLUSTER).last_sequence == 6001
+    assert Message.objects.filter(cluster_id=CLUSTER).count() == 6001
