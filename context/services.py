@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -305,16 +305,17 @@ def context_build(
     )
     if settings.CONTEXT_METRICS_STDOUT:
         print(metrics_line(metrics), flush=True)
+    outcome = BuildOutcome(
+        context=result.context,
+        metrics=metrics,
+        packs=tuple(packs),
+        result=result,
+        trigger=trigger,
+        iteration=build_iteration,
+        recorded=False,
+    )
     if preview:
-        return BuildOutcome(
-            context=result.context,
-            metrics=metrics,
-            packs=tuple(packs),
-            result=result,
-            trigger=trigger,
-            iteration=build_iteration,
-            recorded=False,
-        )
+        return outcome
     build = _record(
         cluster=cluster,
         agent_id=agent_id,
@@ -325,17 +326,7 @@ def context_build(
         result=result,
         metrics=metrics,
     )
-    return BuildOutcome(
-        context=result.context,
-        metrics=metrics,
-        packs=tuple(packs),
-        result=result,
-        trigger=trigger,
-        iteration=build_iteration,
-        recorded=True,
-        build_id=build.pk,
-        started_at=build.started_at,
-    )
+    return replace(outcome, recorded=True, build_id=build.pk, started_at=build.started_at)
 
 
 def included_pack_texts(result: BudgetResult) -> list[list[str]]:
