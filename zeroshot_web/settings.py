@@ -60,6 +60,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "zeroshot_web.middleware.ContentSecurityPolicyMiddleware",
+    "zeroshot_web.middleware.ApiErrorShapeMiddleware",
 ]
 
 ROOT_URLCONF = "zeroshot_web.urls"

@@ -235,3 +235,13 @@ def test_list_endpoints_have_pinned_query_counts(
         assert (
             len(api.get(f"/api/v1/clusters/{cluster}/messages", limit=1000).json()["items"]) == 50
         )
+
+
+def test_routing_misses_get_the_error_shape_too(api: ApiClient, cluster: str) -> None:
+    unknown = api.get("/api/v1/no-such-thing")
+    wrong_method = api.client.put(f"/api/v1/clusters/{cluster}/messages", headers=api.headers)
+
+    assert_error(unknown, 404, "not_found")
+    body = assert_error(wrong_method, 405, "method_not_allowed")
+    assert "PUT" in body["message"]
+    assert "POST" in wrong_method["Allow"]
