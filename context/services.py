@@ -170,6 +170,14 @@ def _run_query(
     return apply_query_result(rows, query, exclude_id=exclude_id)
 
 
+def _rules_text(*, agent: Mapping[str, Any], cluster: ClusterRecord) -> str:
+    """The header's rules: the agent's ``contextRules``, else its template's, else ours."""
+    for rules in (agent.get("contextRules"), cluster.config.get("contextRules")):
+        if isinstance(rules, str) and rules.strip():
+            return rules
+    return DEFAULT_RULES
+
+
 def _contains(full: SelectionQuery, compact: SelectionQuery) -> bool:
     """Whether the rows of ``full`` hold every row that ``compact`` selects."""
     same_filters = (full.topic, full.sender, full.since_ms, full.replayable_only) == (
@@ -281,7 +289,6 @@ def context_build(
         else []
     )
     build_iteration = iteration or ((previous.iteration + 1) if previous is not None else 1)
-    rules = agent_config.get("contextRules")
     packs = build_packs(
         agent=agent_config,
         iteration=build_iteration,
@@ -289,7 +296,7 @@ def context_build(
         source_messages=selections,
         trigger=trigger,
         validation_results=validation_results,
-        rules_text=rules if isinstance(rules, str) and rules.strip() else DEFAULT_RULES,
+        rules_text=_rules_text(agent=agent_config, cluster=cluster),
     )
     result = budget_select(packs, max_tokens=budget_tokens, max_chars=settings.CONTEXT_MAX_CHARS)
     metrics = build_metrics(

@@ -381,3 +381,31 @@ def test_build_query_count_does_not_grow_with_the_ledger(django_assert_num_queri
     trigger(cid, 1000)
     with django_assert_num_queries(11):
         context_build(cluster_id=cid, agent_id="worker")
+
+
+def test_header_rules_come_from_the_agent_then_the_template_then_ours() -> None:
+    from context.packs import DEFAULT_RULES
+
+    cid = cluster_create(
+        cluster_id="rules",
+        config={
+            "contextRules": "Template rules: never wait for a person.",
+            "agents": [
+                agent("plain", []),
+                {**agent("custom", []), "contextRules": "Agent rules: decide alone."},
+            ],
+        },
+        created_at=T0,
+    ).id
+    ours = make_cluster([agent("worker", [])], cluster_id="ours")
+    trigger(cid)
+    trigger(ours)
+
+    plain = context_build(cluster_id=cid, agent_id="plain", preview=True).context
+    custom = context_build(cluster_id=cid, agent_id="custom", preview=True).context
+    default = context_build(cluster_id=ours, agent_id="worker", preview=True).context
+
+    assert "Template rules: never wait for a person." in plain
+    assert "Agent rules: decide alone." in custom
+    assert "Template rules" not in custom
+    assert DEFAULT_RULES in default
