@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Max, Subquery
+
 from context.models import ContextBuild
 
 DEFAULT_PAGE = 50
@@ -72,13 +74,16 @@ def build_get(*, cluster_id: str, build_id: int) -> BuildRecord | None:
 
 
 def build_latest_by_agent(*, cluster_ids: list[str]) -> dict[tuple[str, str], BuildRecord]:
-    """The newest build of each agent of some clusters, keyed by (cluster, agent)."""
-    latest: dict[tuple[str, str], BuildRecord] = {}
-    builds = (
+    """The newest build of each agent of some clusters, keyed by (cluster, agent); one query.
+
+    The database picks the newest id per (cluster, agent) (ids grow with ``started_at``, which
+    a cluster's clock keeps increasing), so only one row per agent leaves it.
+    """
+    newest_ids = (
         ContextBuild.objects.filter(cluster_id__in=cluster_ids)
-        .defer("pack_texts")
-        .order_by("cluster_id", "agent_id", "-started_at", "-id")
+        .values("cluster_id", "agent_id")
+        .annotate(newest=Max("id"))
+        .values("newest")
     )
-    for build in builds:
-        latest.setdefault((build.cluster_id, build.agent_id), _record(build, with_texts=False))
-    return latest
+    builds = ContextBuild.objects.filter(pk__in=Subquery(newest_ids)).defer("pack_texts")
+    return {(b.cluster_id, b.agent_id): _record(b, with_texts=False) for b in builds}
