@@ -72,6 +72,52 @@ def cluster_list(
     return [cluster_record(c) for c in clusters.order_by("-created_at", "id")[:limit]]
 
 
+def _messages(
+    *,
+    cluster_id: str,
+    topic: str | Sequence[str] | None = None,
+    sender: str | None = None,
+    receiver: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    after: int | None = None,
+    up_to_sequence: int | None = None,
+    replayable_only: bool = False,
+) -> QuerySet[Message]:
+    """The messages of one cluster that pass the SPEC §1.3 filters (``None`` = no filter)."""
+    messages = Message.objects.filter(cluster_id=cluster_id)
+    if isinstance(topic, str):
+        messages = messages.filter(topic=topic)
+    elif topic is not None:
+        messages = messages.filter(topic__in=list(topic))
+    if sender is not None:
+        messages = messages.filter(sender=sender)
+    if receiver is not None:
+        messages = messages.filter(receiver=receiver)
+    if replayable_only:
+        messages = messages.filter(replayable=True)
+    if since is not None:
+        messages = messages.filter(timestamp__gte=since)
+    if until is not None:
+        messages = messages.filter(timestamp__lte=until)
+    if after is not None:
+        messages = messages.filter(sequence__gt=after)
+    if up_to_sequence is not None:
+        messages = messages.filter(sequence__lte=up_to_sequence)
+    return messages
+
+
+def _in_order(
+    messages: QuerySet[Message], *, cluster_id: str, newest_first: bool, limit: int | None
+) -> list[MessageRecord]:
+    """Records in (timestamp, sequence) order, newest first when asked, at most ``limit``."""
+    ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
+    messages = messages.order_by(*ordering)
+    if limit is not None:
+        messages = messages[:limit]
+    return [message_record(m, cluster_id=cluster_id) for m in messages]
+
+
 def message_query(
     *,
     cluster_id: str,
@@ -92,28 +138,17 @@ def message_query(
         raise InvalidInput(
             f"limit must be between 1 and {MAX_PAGE}", details={"field": "limit", "value": limit}
         )
-    messages = Message.objects.filter(cluster_id=cluster_id)
-    if isinstance(topic, str):
-        messages = messages.filter(topic=topic)
-    elif topic is not None:
-        messages = messages.filter(topic__in=list(topic))
-    if sender is not None:
-        messages = messages.filter(sender=sender)
-    if receiver is not None:
-        messages = messages.filter(receiver=receiver)
-    if since is not None:
-        messages = messages.filter(timestamp__gte=since)
-    if until is not None:
-        messages = messages.filter(timestamp__lte=until)
-    if after is not None:
-        messages = messages.filter(sequence__gt=after)
-    if up_to_sequence is not None:
-        messages = messages.filter(sequence__lte=up_to_sequence)
-    ordering = ("timestamp", "sequence") if order == "asc" else ("-timestamp", "-sequence")
-    messages = messages.order_by(*ordering)
-    if limit is not None:
-        messages = messages[:limit]
-    return [message_record(m, cluster_id=cluster_id) for m in messages]
+    messages = _messages(
+        cluster_id=cluster_id,
+        topic=topic,
+        sender=sender,
+        receiver=receiver,
+        since=since,
+        until=until,
+        after=after,
+        up_to_sequence=up_to_sequence,
+    )
+    return _in_order(messages, cluster_id=cluster_id, newest_first=order == "desc", limit=limit)
 
 
 def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
@@ -152,22 +187,16 @@ def message_select(
     Served by ``msg_context_topic`` / ``msg_context_topic_sender``: the cost follows the rows
     returned, not the size of the ledger.
     """
-    messages = Message.objects.filter(cluster_id=cluster_id, topic=topic)
-    if sender is not None:
-        messages = messages.filter(sender=sender)
-    if replayable_only:
-        messages = messages.filter(replayable=True)
-    if since is not None:
-        messages = messages.filter(timestamp__gte=since)
-    if until is not None:
-        messages = messages.filter(timestamp__lte=until)
-    if up_to_sequence is not None:
-        messages = messages.filter(sequence__lte=up_to_sequence)
-    ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
-    messages = messages.order_by(*ordering)
-    if limit is not None:
-        messages = messages[:limit]
-    return [message_record(m, cluster_id=cluster_id) for m in messages]
+    messages = _messages(
+        cluster_id=cluster_id,
+        topic=topic,
+        sender=sender,
+        since=since,
+        until=until,
+        up_to_sequence=up_to_sequence,
+        replayable_only=replayable_only,
+    )
+    return _in_order(messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit)
 
 
 def message_latest(
@@ -183,21 +212,17 @@ def message_latest(
     timestamp order from one index and would sort every matching row.
     """
 
-    def newest_of(messages: QuerySet[Message]) -> Message | None:
-        if until is not None:
-            messages = messages.filter(timestamp__lte=until)
-        if up_to_sequence is not None:
-            messages = messages.filter(sequence__lte=up_to_sequence)
-        return messages.order_by("-timestamp", "-sequence").first()
+    def newest_of(topic: str | None) -> MessageRecord | None:
+        messages = _messages(
+            cluster_id=cluster_id, topic=topic, until=until, up_to_sequence=up_to_sequence
+        )
+        found = _in_order(messages, cluster_id=cluster_id, newest_first=True, limit=1)
+        return found[0] if found else None
 
-    everything = Message.objects.filter(cluster_id=cluster_id)
-    if topics:
-        candidates = [newest_of(everything.filter(topic=t)) for t in dict.fromkeys(topics)]
-        found = [m for m in candidates if m is not None]
-        newest = max(found, key=lambda m: (m.timestamp, m.sequence)) if found else None
-    else:
-        newest = newest_of(everything)
-    return message_record(newest, cluster_id=cluster_id) if newest is not None else None
+    if not topics:
+        return newest_of(None)
+    candidates = [m for m in (newest_of(t) for t in dict.fromkeys(topics)) if m is not None]
+    return max(candidates, key=lambda m: (m.timestamp, m.sequence)) if candidates else None
 
 
 def message_at_sequence(*, cluster_id: str, sequence: int) -> MessageRecord:
@@ -249,15 +274,9 @@ def message_timeline(
     timestamp, sequence) indexes. "Further" means older for ``before``/no cursor, newer for
     ``after``.
     """
-    messages = Message.objects.filter(cluster_id=cluster_id)
-    if topic:
-        messages = messages.filter(topic=topic)
-    if sender:
-        messages = messages.filter(sender=sender)
-    if since is not None:
-        messages = messages.filter(timestamp__gte=since)
-    if until is not None:
-        messages = messages.filter(timestamp__lte=until)
+    messages = _messages(
+        cluster_id=cluster_id, topic=topic or None, sender=sender or None, since=since, until=until
+    )
     cursor = before if before is not None else after
     if cursor is not None:
         at = Subquery(
@@ -268,10 +287,7 @@ def message_timeline(
         else:
             messages = messages.filter(Q(timestamp__gt=at) | Q(timestamp=at, sequence__gt=cursor))
     newest_first = after is None
-    ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
-    rows = [
-        message_record(m, cluster_id=cluster_id) for m in messages.order_by(*ordering)[: limit + 1]
-    ]
+    rows = _in_order(messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     if not newest_first:
