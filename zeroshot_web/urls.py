@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic.base import RedirectView
 
 from zeroshot_web.api import api
 
@@ -13,6 +15,8 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Pages without our <link rel="icon"> (the admin, the API docs) still ask for this path.
+    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
     path("", include("context.urls")),
     path("", include("ledger.urls")),
 ]
