@@ -101,13 +101,6 @@ class ClusterOut(Schema):
     agent_count: int
 
 
-class AgentOut(Schema):
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    role: str | None = None
-
-
 class ClusterDetailOut(ClusterOut):
     agents: list[dict[str, Any]]
     params: dict[str, Any]
