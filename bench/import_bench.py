@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
-import os
-import platform
 import random
 import shutil
 import sqlite3
@@ -26,7 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ledger_bench as lb  # a sibling script: its Django setup and environment record
+
+ROOT = lb.ROOT
 RESULTS_PATH = ROOT / "bench" / "results" / "import.json"
 CLUSTER = "steady-falcon-7"
 SELECT = (
@@ -34,23 +36,6 @@ SELECT = (
     " cluster_id FROM messages ORDER BY timestamp, rowid"
 )
 INSERT = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-def django_setup(data_dir: Path) -> None:
-    """Point the settings at a fresh SQLite file in ``data_dir`` and migrate it."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = "zeroshot_web.settings"
-    os.environ["ZEROSHOT_DATA_DIR"] = str(data_dir)
-    os.environ["DJANGO_DEBUG"] = "0"  # DEBUG would keep every query in memory
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("REDIS_URL", None)
-    sys.path.insert(0, str(ROOT))
-
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
-    import ledger.importing  # noqa: F401  (no import inside a timed region)
 
 
 def make_ledger(path: Path, count: int) -> float:
@@ -183,18 +168,6 @@ def follow_latency(path: Path, rows: int, poll: float) -> dict[str, Any]:
     }
 
 
-def environment() -> dict[str, Any]:
-    import django
-
-    return {
-        "python": platform.python_version(),
-        "django": django.get_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100,000 messages instead of 1M")
@@ -209,7 +182,9 @@ def main() -> None:
         source_dir = workdir / "zeroshot"
         ledger = source_dir / f"{CLUSTER}.db"
         generate_s = make_ledger(ledger, count)
-        django_setup(workdir / "data")
+        lb.django_setup(workdir / "data")
+        importlib.import_module("ledger.importing")  # no import inside a timed region
+
         raw_rows, raw_s = raw_read(ledger)
         reader_rows, reader_s = reader_read(ledger)
         first, import_s = timed_import(ledger)
@@ -239,7 +214,7 @@ def main() -> None:
                 "ratio_to_raw": round(count / reimport_s / raw_rate, 3),
             },
             "follow": follow,
-            "environment": environment(),
+            "environment": lb.environment(),
         }
     finally:
         if args.keep:
