@@ -28,6 +28,7 @@ test: $(STAMP) chromium lint test-sqlite test-postgres
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy .
 
 test-sqlite: $(STAMP)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.filters import MessageFilter
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_PATH = ROOT / "bench" / "results" / "ledger.json"
 
@@ -103,7 +105,7 @@ def django_setup(data_dir: Path) -> None:
     # Load the whole ledger now: no import may land inside a timed region, and the code
     # measured is the code as it was when the run started.
     import ledger.interfaces  # noqa: F401
-    from context.snapshotter import snapshotter
+    from snapshots.snapshotter import snapshotter
 
     # The state snapshotter answers trigger topics with STATE_SNAPSHOT messages of its own; this
     # benchmark measures the publish path itself, row for row against plain sqlite3.
@@ -445,7 +447,9 @@ def analyze() -> float:
 def latest_five(cluster_id: str) -> list[Any]:
     from ledger.selectors import message_query
 
-    return message_query(cluster_id=cluster_id, topic=QUERY_TOPIC, order="desc", limit=5)
+    return message_query(
+        cluster_id=cluster_id, order="desc", limit=5, where=MessageFilter(topic=QUERY_TOPIC)
+    )
 
 
 def captured_sql(cluster_id: str) -> str:

@@ -19,13 +19,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from context.models import ClusterTemplate, ContextBuild
-from context.template_services import (
+from context.services.templates import (
     template_check,
     template_save,
     template_version_diff,
     template_versions,
 )
-from zeroshot_web.errors import NotFound
+from ledger.errors import NotFound
 
 
 class TemplateBodyField(forms.JSONField):

@@ -6,22 +6,75 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
 from pydantic import ConfigDict, StrictBool, StrictInt
 
 from context import selectors, services
-from context.snapshotter import snapshot_latest
-from context.strategy import strategy_validate, strategy_validate_agents
-from context.template_services import (
+from context.services.templates import (
     TemplateRecord,
+    cluster_create_from_template,
     template_check,
     template_get,
     template_list,
 )
-from ledger.api import MessageOut, require_cluster
-from ledger.interfaces import cluster_get
-from zeroshot_web.errors import InvalidInput, NotFound
+from context.strategy import strategy_validate, strategy_validate_agents
+from ledger.interfaces import (
+    ClusterDetailOut,
+    ClusterOut,
+    ClusterRecord,
+    Forbidden,
+    InvalidInput,
+    cluster_create,
+    cluster_get,
+    cluster_list,
+    require_cluster,
+    scoped_cluster,
+)
 
 router = Router(tags=["context"])
+
+
+class ClusterCreateIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(None, description="generated as adjective-noun-NN when absent")
+    template: str | None = None
+    params: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+
+
+# Clusters are listed and created here rather than in the ledger's router: a cluster is usually
+# made from a template, and templates belong to this app (docs/decisions/0021-app-layout.md).
+@router.get("/clusters", response=list[ClusterOut], summary="List clusters", tags=["clusters"])
+def clusters_list(request: HttpRequest, search: str = "", state: str = "") -> list[ClusterRecord]:
+    return cluster_list(search=search, state=state, only_id=scoped_cluster(request))
+
+
+@router.post(
+    "/clusters", response={201: ClusterDetailOut}, summary="Create a cluster", tags=["clusters"]
+)
+def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[ClusterRecord]:
+    if scoped_cluster(request) is not None:
+        raise Forbidden("a key limited to one cluster cannot create clusters")
+    if payload.template:
+        if payload.config is not None:
+            raise InvalidInput(
+                "give a template (with params) or a config, not both", details={"field": "config"}
+            )
+        record = cluster_create_from_template(
+            template_name=payload.template, params=payload.params, cluster_id=payload.id
+        )
+    else:
+        record = cluster_create(cluster_id=payload.id, config=payload.config, params=payload.params)
+    return Status(201, record)
+
+
+@router.get(
+    "/clusters/{cluster_id}", response=ClusterDetailOut, summary="One cluster", tags=["clusters"]
+)
+def clusters_get(request: HttpRequest, cluster_id: str) -> ClusterRecord:
+    require_cluster(request, cluster_id)
+    return cluster_get(cluster_id=cluster_id)
 
 
 class TriggerIn(Schema):
@@ -158,24 +211,6 @@ def strategies_validate(request: HttpRequest, payload: ValidateIn) -> dict[str, 
     raise InvalidInput(
         "give {contextStrategy} or {agents: [...]}", details={"field": "contextStrategy"}
     )
-
-
-@router.get(
-    "/clusters/{cluster_id}/snapshot",
-    response=MessageOut,
-    summary="The newest state snapshot",
-    exclude_unset=True,
-)
-def snapshot_get(request: HttpRequest, cluster_id: str) -> dict[str, Any]:
-    require_cluster(request, cluster_id)
-    cluster_get(cluster_id=cluster_id)
-    snapshot = snapshot_latest(cluster_id=cluster_id)
-    if snapshot is None:
-        raise NotFound(
-            f"cluster {cluster_id!r} has no state snapshot yet",
-            details={"cluster_id": cluster_id},
-        )
-    return snapshot.to_wire()
 
 
 class TemplateOut(Schema):

@@ -8,8 +8,8 @@ from typing import Any, Final
 from context.budget import Pack
 from context.jsformat import data_is_written, iso_ms, js_json
 from context.strategy import ContextStrategy, SourceSpec
+from ledger.errors import InvalidInput
 from ledger.records import MessageRecord
-from zeroshot_web.errors import InvalidInput
 
 __all__ = [
     "DEFAULT_RULES",

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ledger.errors import InvalidInput, NotFound
+from ledger.filters import MAX_PAGE
 from ledger.models import ClusterState
 from ledger.records import JSON, ClusterRecord
-from ledger.selectors import MAX_PAGE, cluster_get, message_tail
+from ledger.selectors import cluster_get, message_tail
 from ledger.services import (
     CLUSTER_ID_RE,
     ImportedMessage,
@@ -30,7 +32,6 @@ from ledger.services import (
     message_import_batch,
 )
 from ledger.zeroshot import StrPath, compact_json, message_to_json
-from zeroshot_web.errors import InvalidInput, NotFound
 
 ExportFormat = Literal["json", "jsonl"]
 EXPORT_FORMATS: tuple[ExportFormat, ...] = ("json", "jsonl")

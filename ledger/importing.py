@@ -25,12 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.models import Cluster, ClusterState
+from ledger.errors import ServiceError
+from ledger.models import ClusterState
 from ledger.records import MessageRecord
+from ledger.selectors import cluster_exists
 from ledger.services import (
     STATE_BY_TOPIC,
     ImportedMessage,
     cluster_create,
+    cluster_state_set,
     message_import_backfill,
     message_import_batch,
     now_ms,
@@ -48,7 +51,6 @@ from ledger.zeroshot import (
     read_messages,
     read_messages_after_rowid,
 )
-from zeroshot_web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +169,7 @@ def _import_rows(
 
 def _cluster_ensure(*, source: LedgerSource, first_timestamp: int | None) -> bool:
     """Create the ledger's cluster unless it exists; True when it was created now."""
-    if Cluster.objects.filter(pk=source.cluster_id).exists():
+    if cluster_exists(cluster_id=source.cluster_id):
         return False
     entry = source.cluster
     created_at = entry.created_at if entry is not None else None
@@ -209,12 +211,12 @@ def _cluster_state_settle(*, source: LedgerSource, state_topic: str | None) -> N
         state = STATE_BY_TOPIC[state_topic]
     else:
         return
-    Cluster.objects.filter(pk=source.cluster_id).update(state=state)
+    cluster_state_set(cluster_id=source.cluster_id, state=state)
 
 
 def _cluster_state_follow(*, cluster_id: str, topic: str) -> None:
     """``CLUSTER_COMPLETE`` / ``CLUSTER_FAILED`` move the state (SPEC §1.2), imported or not."""
-    Cluster.objects.filter(pk=cluster_id).update(state=STATE_BY_TOPIC[topic])
+    cluster_state_set(cluster_id=cluster_id, state=STATE_BY_TOPIC[topic])
 
 
 # --- following ---------------------------------------------------------------------------------

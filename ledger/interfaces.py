@@ -1,13 +1,23 @@
-"""What other apps may use of the ledger: plain records, reads and writes.
+"""What other apps may use of the ledger: plain records, reads, writes and API building blocks.
 
-Nothing here hands out a model instance: other apps receive frozen dataclasses.
+Other apps import from here, or from the two modules that need no Django at all:
+``ledger.records`` (the frozen records and the replay policy) and ``ledger.errors`` (the one
+error hierarchy). Nothing here hands out a model instance. ``pyproject.toml``'s import contracts
+check this.
 """
 
 from __future__ import annotations
 
-from ledger.bus import bus
+from ledger.bus import Subscription, bus, cluster_group
+from ledger.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHORIZED
+from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
+from ledger.filters import MessageFilter
+from ledger.keys import require_cluster, scoped_cluster
+from ledger.models import ClusterState
 from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
+from ledger.schemas import ClusterDetailOut, ClusterOut, MessageOut
 from ledger.selectors import (
+    cluster_exists,
     cluster_get,
     cluster_list,
     lifecycle_event_latest,
@@ -17,13 +27,15 @@ from ledger.selectors import (
     message_query,
     message_select,
     message_tail_topics,
+    message_timeline,
 )
 from ledger.services import (
+    ClusterWriter,
     ImportedMessage,
     MessageDraft,
-    cluster_clock_advance,
     cluster_create,
-    cluster_lock,
+    cluster_state_set,
+    cluster_transaction,
     message_import_batch,
     message_publish,
     message_publish_batch,
@@ -31,17 +43,35 @@ from ledger.services import (
 )
 
 __all__ = [
+    "CLOSE_FORBIDDEN",
+    "CLOSE_NOT_FOUND",
+    "CLOSE_UNAUTHORIZED",
     "JSON",
+    "ClusterDetailOut",
+    "ClusterOut",
     "ClusterRecord",
+    "ClusterState",
+    "ClusterWriter",
+    "Conflict",
+    "Forbidden",
     "ImportedMessage",
+    "InvalidInput",
     "MessageDraft",
+    "MessageFilter",
+    "MessageOut",
     "MessageRecord",
+    "NotFound",
+    "ServiceError",
+    "Subscription",
+    "TooLarge",
     "bus",
-    "cluster_clock_advance",
     "cluster_create",
+    "cluster_exists",
     "cluster_get",
+    "cluster_group",
     "cluster_list",
-    "cluster_lock",
+    "cluster_state_set",
+    "cluster_transaction",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",
@@ -52,6 +82,9 @@ __all__ = [
     "message_query",
     "message_select",
     "message_tail_topics",
+    "message_timeline",
     "now_ms",
     "replay_allowed",
+    "require_cluster",
+    "scoped_cluster",
 ]

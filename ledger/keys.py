@@ -7,8 +7,11 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from ledger.models import ApiKey, Cluster
-from zeroshot_web.errors import InvalidInput, NotFound
+from django.http import HttpRequest
+
+from ledger.errors import Forbidden, InvalidInput, NotFound
+from ledger.models import ApiKey
+from ledger.selectors import cluster_exists
 
 KEY_PREFIX = "zsk"
 
@@ -33,7 +36,7 @@ def api_key_create(*, name: str, cluster_id: str | None = None) -> tuple[ApiKeyI
     """Make a key; the plain key is returned once and never stored."""
     if not name.strip():
         raise InvalidInput("a key needs a name", details={"field": "name"})
-    if cluster_id is not None and not Cluster.objects.filter(pk=cluster_id).exists():
+    if cluster_id is not None and not cluster_exists(cluster_id=cluster_id):
         raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
@@ -53,3 +56,19 @@ def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
     if key is None or not hmac.compare_digest(key.key_hash, _digest(plain)):
         return None
     return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id)
+
+
+def require_cluster(request: HttpRequest, cluster_id: str) -> None:
+    """Refuse a key limited to another cluster (403)."""
+    identity = getattr(request, "auth", None)
+    if isinstance(identity, ApiKeyIdentity) and not identity.may_access(cluster_id):
+        raise Forbidden(
+            f"this API key is limited to cluster {identity.cluster_id!r}",
+            details={"cluster_id": cluster_id},
+        )
+
+
+def scoped_cluster(request: HttpRequest) -> str | None:
+    """The cluster a request's key is limited to, or ``None`` (an unscoped key or a session)."""
+    identity = getattr(request, "auth", None)
+    return identity.cluster_id if isinstance(identity, ApiKeyIdentity) else None

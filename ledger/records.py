@@ -11,6 +11,8 @@ from typing import Any
 # A JSON value as produced by ``json.loads``.
 JSON = Any
 
+TOPIC_PATTERN = r"^[A-Z][A-Z0-9_]{0,63}$"
+
 
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
@@ -70,6 +72,10 @@ class ClusterRecord:
     message_count: int = 0
     last_sequence: int = 0
     last_activity: int | None = None
+
+    @property
+    def agent_count(self) -> int:
+        return len(self.agents)
 
     @property
     def agents(self) -> list[dict[str, JSON]]:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from django.db.models import Q, QuerySet, Subquery
 
+from ledger.errors import InvalidInput, NotFound
+from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord
-from zeroshot_web.errors import InvalidInput, NotFound
 
-DEFAULT_PAGE = 100
-MAX_PAGE = 1000
+NO_FILTER = MessageFilter()
 Order = Literal["asc", "desc"]
 
 
@@ -54,6 +55,11 @@ def cluster_get(*, cluster_id: str) -> ClusterRecord:
     return cluster_record(cluster)
 
 
+def cluster_exists(*, cluster_id: str) -> bool:
+    """Whether a cluster with this id exists (one indexed query)."""
+    return Cluster.objects.filter(pk=cluster_id).exists()
+
+
 def cluster_list(
     *,
     search: str = "",
@@ -72,38 +78,27 @@ def cluster_list(
     return [cluster_record(c) for c in clusters.order_by("-created_at", "id")[:limit]]
 
 
-def _messages(
-    *,
-    cluster_id: str,
-    topic: str | Sequence[str] | None = None,
-    sender: str | None = None,
-    receiver: str | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    after: int | None = None,
-    up_to_sequence: int | None = None,
-    replayable_only: bool = False,
-) -> QuerySet[Message]:
-    """The messages of one cluster that pass the SPEC §1.3 filters (``None`` = no filter)."""
+def _messages(*, cluster_id: str, where: MessageFilter) -> QuerySet[Message]:
+    """The messages of one cluster that pass a filter (SPEC §1.3)."""
     messages = Message.objects.filter(cluster_id=cluster_id)
-    if isinstance(topic, str):
-        messages = messages.filter(topic=topic)
-    elif topic is not None:
-        messages = messages.filter(topic__in=list(topic))
-    if sender is not None:
-        messages = messages.filter(sender=sender)
-    if receiver is not None:
-        messages = messages.filter(receiver=receiver)
-    if replayable_only:
+    if isinstance(where.topic, str):
+        messages = messages.filter(topic=where.topic)
+    elif where.topic is not None:
+        messages = messages.filter(topic__in=list(where.topic))
+    if where.sender is not None:
+        messages = messages.filter(sender=where.sender)
+    if where.receiver is not None:
+        messages = messages.filter(receiver=where.receiver)
+    if where.replayable_only:
         messages = messages.filter(replayable=True)
-    if since is not None:
-        messages = messages.filter(timestamp__gte=since)
-    if until is not None:
-        messages = messages.filter(timestamp__lte=until)
-    if after is not None:
-        messages = messages.filter(sequence__gt=after)
-    if up_to_sequence is not None:
-        messages = messages.filter(sequence__lte=up_to_sequence)
+    if where.since is not None:
+        messages = messages.filter(timestamp__gte=where.since)
+    if where.until is not None:
+        messages = messages.filter(timestamp__lte=where.until)
+    if where.after is not None:
+        messages = messages.filter(sequence__gt=where.after)
+    if where.up_to_sequence is not None:
+        messages = messages.filter(sequence__lte=where.up_to_sequence)
     return messages
 
 
@@ -121,13 +116,7 @@ def _in_order(
 def message_query(
     *,
     cluster_id: str,
-    topic: str | Sequence[str] | None = None,
-    sender: str | None = None,
-    receiver: str | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    after: int | None = None,
-    up_to_sequence: int | None = None,
+    where: MessageFilter = NO_FILTER,
     limit: int | None = DEFAULT_PAGE,
     order: Order = "asc",
 ) -> list[MessageRecord]:
@@ -138,16 +127,7 @@ def message_query(
         raise InvalidInput(
             f"limit must be between 1 and {MAX_PAGE}", details={"field": "limit", "value": limit}
         )
-    messages = _messages(
-        cluster_id=cluster_id,
-        topic=topic,
-        sender=sender,
-        receiver=receiver,
-        since=since,
-        until=until,
-        after=after,
-        up_to_sequence=up_to_sequence,
-    )
+    messages = _messages(cluster_id=cluster_id, where=where)
     return _in_order(messages, cluster_id=cluster_id, newest_first=order == "desc", limit=limit)
 
 
@@ -164,21 +144,18 @@ def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
 
 def message_tail(*, cluster_id: str, after: int, limit: int = DEFAULT_PAGE) -> list[MessageRecord]:
     """The cursor for tailing: messages with a sequence above ``after``, in sequence order."""
-    messages = Message.objects.filter(cluster_id=cluster_id, sequence__gt=after).order_by(
-        "sequence"
-    )[:limit]
+    return _in_sequence(cluster_id=cluster_id, where=MessageFilter(after=after), limit=limit)
+
+
+def _in_sequence(*, cluster_id: str, where: MessageFilter, limit: int) -> list[MessageRecord]:
+    messages = _messages(cluster_id=cluster_id, where=where).order_by("sequence")[:limit]
     return [message_record(m, cluster_id=cluster_id) for m in messages]
 
 
 def message_select(
     *,
     cluster_id: str,
-    topic: str,
-    sender: str | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    up_to_sequence: int | None = None,
-    replayable_only: bool = True,
+    where: MessageFilter,
     newest_first: bool = False,
     limit: int | None = None,
 ) -> list[MessageRecord]:
@@ -187,35 +164,22 @@ def message_select(
     Served by ``msg_context_topic`` / ``msg_context_topic_sender``: the cost follows the rows
     returned, not the size of the ledger.
     """
-    messages = _messages(
-        cluster_id=cluster_id,
-        topic=topic,
-        sender=sender,
-        since=since,
-        until=until,
-        up_to_sequence=up_to_sequence,
-        replayable_only=replayable_only,
-    )
+    messages = _messages(cluster_id=cluster_id, where=where)
     return _in_order(messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit)
 
 
 def message_latest(
-    *,
-    cluster_id: str,
-    topics: Sequence[str] | None = None,
-    until: int | None = None,
-    up_to_sequence: int | None = None,
+    *, cluster_id: str, topics: Sequence[str] | None = None, where: MessageFilter = NO_FILTER
 ) -> MessageRecord | None:
-    """The newest message of the cluster (or of some topics) up to an as-of point.
+    """The newest message of the cluster (or of some topics) that passes a filter.
 
     With topics, one LIMIT 1 seek per topic: an ``IN`` over several topics cannot be read in
     timestamp order from one index and would sort every matching row.
     """
 
     def newest_of(topic: str | None) -> MessageRecord | None:
-        messages = _messages(
-            cluster_id=cluster_id, topic=topic, until=until, up_to_sequence=up_to_sequence
-        )
+        narrowed = replace(where, topic=topic) if topic is not None else where
+        messages = _messages(cluster_id=cluster_id, where=narrowed)
         found = _in_order(messages, cluster_id=cluster_id, newest_first=True, limit=1)
         return found[0] if found else None
 
@@ -258,10 +222,7 @@ TIMELINE_PAGE = 100
 def message_timeline(
     *,
     cluster_id: str,
-    topic: str | None = None,
-    sender: str | None = None,
-    since: int | None = None,
-    until: int | None = None,
+    where: MessageFilter = NO_FILTER,
     before: int | None = None,
     after: int | None = None,
     limit: int = TIMELINE_PAGE,
@@ -274,9 +235,7 @@ def message_timeline(
     timestamp, sequence) indexes. "Further" means older for ``before``/no cursor, newer for
     ``after``.
     """
-    messages = _messages(
-        cluster_id=cluster_id, topic=topic or None, sender=sender or None, since=since, until=until
-    )
+    messages = _messages(cluster_id=cluster_id, where=where)
     cursor = before if before is not None else after
     if cursor is not None:
         at = Subquery(
@@ -303,7 +262,5 @@ def message_tail_topics(
     Walks the ``(cluster, sequence)`` unique index from ``after``: the cost follows the messages
     since that point, which callers keep short by moving ``after`` forward.
     """
-    messages = Message.objects.filter(
-        cluster_id=cluster_id, sequence__gt=after, topic__in=list(topics)
-    ).order_by("sequence")[:limit]
-    return [message_record(m, cluster_id=cluster_id) for m in messages]
+    where = MessageFilter(topic=tuple(topics), after=after)
+    return _in_sequence(cluster_id=cluster_id, where=where, limit=limit)

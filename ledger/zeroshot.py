@@ -20,7 +20,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from zeroshot_web.errors import InvalidInput, ServiceError
+from ledger.errors import InvalidInput, ServiceError
 
 # A JSON value as produced by ``json.loads``.
 JSON = Any

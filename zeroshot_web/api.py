@@ -9,8 +9,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
+from ledger.errors import ServiceError
 from ledger.keys import ApiKeyIdentity, api_key_authenticate
-from zeroshot_web.errors import ServiceError
 
 
 class BearerKey(HttpBearer):
@@ -83,4 +83,5 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 
 api.add_router("/", "ledger.api.router")
+api.add_router("/", "snapshots.api.router")
 api.add_router("/", "context.api.router")

@@ -46,7 +46,9 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",
     "ledger",
+    "snapshots",
     "context",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -145,7 +147,16 @@ STORAGES = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"bare": {"format": "%(message)s"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        # SPEC §6.2: with ZEROSHOT_CONTEXT_METRICS=1, one "[ContextMetrics] {json}" line per
+        # build on stdout, and nothing else on that stream.
+        "metrics": {"class": "zeroshot_web.logging.StdoutHandler", "formatter": "bare"},
+    },
+    "loggers": {
+        "zeroshot.context_metrics": {"handlers": ["metrics"], "level": "INFO", "propagate": False}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
 }
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from zeroshot_web.errors import InvalidInput
+from ledger.errors import InvalidInput
 
 JSON = Any
 

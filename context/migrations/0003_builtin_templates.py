@@ -6,7 +6,7 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
 def load_builtin(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    from context.template_services import templates_load_builtin
+    from context.services.templates import templates_load_builtin
 
     templates_load_builtin(
         template_model=apps.get_model("context", "ClusterTemplate"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeGuard
 
-from zeroshot_web.errors import InvalidInput
+from ledger.errors import InvalidInput
 
 Strategy = Literal["latest", "oldest", "all"]
 Priority = Literal["required", "high", "medium", "low"]

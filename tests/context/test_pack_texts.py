@@ -23,8 +23,8 @@ from context.packs import (
     validator_skip_hints,
 )
 from context.strategy import strategy_parse
+from ledger.errors import InvalidInput
 from ledger.records import MessageRecord
-from zeroshot_web.errors import InvalidInput
 
 T = 4_102_444_800_000  # 2100-01-01T00:00:00.000Z
 

@@ -8,6 +8,8 @@ from django.test import override_settings
 
 from context.models import ContextBuild
 from context.services import context_build
+from ledger.errors import InvalidInput, NotFound
+from ledger.filters import MessageFilter
 from ledger.interfaces import (
     ImportedMessage,
     MessageDraft,
@@ -16,7 +18,6 @@ from ledger.interfaces import (
     message_publish,
     message_query,
 )
-from zeroshot_web.errors import InvalidInput, NotFound
 
 pytestmark = pytest.mark.django_db
 
@@ -333,7 +334,7 @@ def test_metrics_ledger_publishes_for_recorded_builds_only() -> None:
     with override_settings(CONTEXT_METRICS_LEDGER=True):
         context_build(cluster_id=cid, agent_id="worker", preview=True)
         context_build(cluster_id=cid, agent_id="worker")
-    published = message_query(cluster_id=cid, topic="CONTEXT_METRICS")
+    published = message_query(cluster_id=cid, where=MessageFilter(topic="CONTEXT_METRICS"))
 
     assert len(published) == 1
     assert published[0].sender == "worker"
@@ -374,12 +375,13 @@ def test_build_query_count_does_not_grow_with_the_ledger(django_assert_num_queri
     fill(50, 0)
     trigger(cid, 100)
     # cluster, trigger, previous build, task end, one query per source (compact variants are cut
-    # from the full rows), then savepoint, insert build, advance the clock, release
-    with django_assert_num_queries(11):
+    # from the full rows), then savepoint, lock the cluster, insert build, advance the clock,
+    # release
+    with django_assert_num_queries(12):
         context_build(cluster_id=cid, agent_id="worker")
     fill(500, 200)
     trigger(cid, 1000)
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(12):
         context_build(cluster_id=cid, agent_id="worker")
 
 

@@ -18,7 +18,7 @@ from context.strategy import (
     strategy_validate,
     strategy_validate_agents,
 )
-from zeroshot_web.errors import InvalidInput
+from ledger.errors import InvalidInput
 
 
 def _source(**fields: Any) -> SourceSpec:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from context.template_services import template_get, template_versions, templates_load_builtin
+from context.services.templates import template_get, template_versions, templates_load_builtin
 
 pytestmark = pytest.mark.django_db
 

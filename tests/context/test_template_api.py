@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 from django.core.management import call_command
 
-from context.template_services import template_get, templates_load_builtin
+from context.services.templates import template_get, templates_load_builtin
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from context.cluster_templates import template_builtin_list
-from context.template_services import template_get, template_versions
-from zeroshot_web.errors import NotFound
+from context.services.templates import template_get, template_versions
+from ledger.errors import NotFound
 
 pytestmark = pytest.mark.django_db
 

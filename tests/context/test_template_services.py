@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from context.cluster_templates import TemplateError, template_builtin_list
-from context.template_services import (
+from context.services.templates import (
     cluster_create_from_template,
     template_check,
     template_get,
@@ -18,7 +18,7 @@ from context.template_services import (
     template_versions,
     templates_load_builtin,
 )
-from zeroshot_web.errors import InvalidInput, NotFound
+from ledger.errors import InvalidInput, NotFound
 
 pytestmark = pytest.mark.django_db
 

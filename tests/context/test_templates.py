@@ -12,7 +12,7 @@ from context.cluster_templates import (
     template_parse,
     template_resolve,
 )
-from zeroshot_web.errors import InvalidInput
+from ledger.errors import InvalidInput
 
 
 def template(*agents: dict[str, Any], **params: dict[str, Any]) -> dict[str, Any]:

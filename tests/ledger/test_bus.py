@@ -7,7 +7,13 @@ from django.db import transaction
 
 from ledger.bus import bus
 from ledger.interfaces import MessageRecord
-from ledger.services import MessageDraft, message_publish, message_publish_batch
+from ledger.services import (
+    MessageDraft,
+    cluster_transaction,
+    message_publish,
+    message_publish_batch,
+    now_ms,
+)
 
 # Delivery happens on commit, so these tests run with real transactions.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,19 +77,25 @@ def test_nothing_is_delivered_before_commit_or_after_rollback(cluster: str) -> N
     seen: list[int] = []
     bus.subscribe(lambda m: seen.append(m.sequence))
 
-    with transaction.atomic():
-        message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
+    with cluster_transaction(cluster) as writer:
+        writer.append([MessageDraft(topic="A", sender="s")], now=now_ms())
         assert seen == []
     assert seen == [1]
 
     def publish_then_fail() -> None:
-        with transaction.atomic():
-            message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
+        with cluster_transaction(cluster) as writer:
+            writer.append([MessageDraft(topic="A", sender="s")], now=now_ms())
             raise RuntimeError("abort")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="abort"):
         publish_then_fail()
     assert seen == [1]
+
+
+def test_publishing_inside_a_callers_transaction_is_refused(cluster: str) -> None:
+    # Delivery follows commit order only if the publish owns its commit (durable).
+    with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
+        message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
 
 
 def test_a_subscriber_may_publish_and_its_message_follows(cluster: str) -> None:

@@ -56,7 +56,7 @@ def test_demo_fills_an_empty_database_once(db: None) -> None:
 
 def test_demo_records_builds_and_snapshots_as_a_run_would(db: None) -> None:
     from context.models import ContextBuild
-    from context.snapshot import snapshot_summary
+    from snapshots.state import snapshot_summary
 
     call_command("demo", stdout=StringIO())
 

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from ledger.errors import InvalidInput
+from ledger.filters import MessageFilter
 from ledger.selectors import cluster_list, message_query, message_tail
 from ledger.services import MessageDraft, cluster_create, message_publish_batch
-from zeroshot_web.errors import InvalidInput
 
 pytestmark = pytest.mark.django_db
 
@@ -28,19 +29,38 @@ def sequences(records: list) -> list[int]:  # type: ignore[type-arg]
 
 
 def test_filters_by_topic_sender_and_receiver(cluster: str, ledger: list[int]) -> None:
-    assert sequences(message_query(cluster_id=cluster, topic="PLAN_READY")) == [1, 4]
-    assert sequences(message_query(cluster_id=cluster, sender="worker")) == [2, 3]
-    assert sequences(message_query(cluster_id=cluster, receiver="validator")) == [3]
     assert sequences(
-        message_query(cluster_id=cluster, topic="WORKER_PROGRESS", sender="other")
+        message_query(cluster_id=cluster, where=MessageFilter(topic="PLAN_READY"))
+    ) == [1, 4]
+    assert sequences(message_query(cluster_id=cluster, where=MessageFilter(sender="worker"))) == [
+        2,
+        3,
+    ]
+    assert sequences(
+        message_query(cluster_id=cluster, where=MessageFilter(receiver="validator"))
+    ) == [3]
+    assert sequences(
+        message_query(
+            cluster_id=cluster, where=MessageFilter(topic="WORKER_PROGRESS", sender="other")
+        )
     ) == [5]
     assert sequences(
-        message_query(cluster_id=cluster, topic=["PLAN_READY", "VALIDATION_RESULT"])
+        message_query(
+            cluster_id=cluster,
+            where=MessageFilter(
+                topic=(
+                    "PLAN_READY",
+                    "VALIDATION_RESULT",
+                )
+            ),
+        )
     ) == [1, 4, 6]
 
 
 def test_since_and_until_are_inclusive(cluster: str, ledger: list[int]) -> None:
-    assert sequences(message_query(cluster_id=cluster, since=ledger[2], until=ledger[4])) == [
+    assert sequences(
+        message_query(cluster_id=cluster, where=MessageFilter(since=ledger[2], until=ledger[4]))
+    ) == [
         3,
         4,
         5,
@@ -48,10 +68,12 @@ def test_since_and_until_are_inclusive(cluster: str, ledger: list[int]) -> None:
 
 
 def test_after_order_and_limit(cluster: str, ledger: list[int]) -> None:
-    assert sequences(message_query(cluster_id=cluster, after=4)) == [5, 6]
+    assert sequences(message_query(cluster_id=cluster, where=MessageFilter(after=4))) == [5, 6]
     assert sequences(message_query(cluster_id=cluster, order="desc", limit=2)) == [6, 5]
     assert sequences(
-        message_query(cluster_id=cluster, topic="WORKER_PROGRESS", order="desc", limit=1)
+        message_query(
+            cluster_id=cluster, order="desc", limit=1, where=MessageFilter(topic="WORKER_PROGRESS")
+        )
     ) == [5]
 
 
@@ -69,7 +91,9 @@ def test_other_clusters_are_invisible(cluster: str, ledger: list[int]) -> None:
     other = cluster_create(cluster_id="other").id
     message_publish_batch(cluster_id=other, drafts=[MessageDraft(topic="PLAN_READY", sender="x")])
 
-    assert sequences(message_query(cluster_id=cluster, topic="PLAN_READY")) == [1, 4]
+    assert sequences(
+        message_query(cluster_id=cluster, where=MessageFilter(topic="PLAN_READY"))
+    ) == [1, 4]
     assert sequences(message_query(cluster_id=other)) == [1]
 
 

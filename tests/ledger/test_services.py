@@ -6,6 +6,7 @@ import re
 import pytest
 from django.test import override_settings
 
+from ledger.errors import Conflict, InvalidInput, NotFound, TooLarge
 from ledger.models import Cluster, Message
 from ledger.selectors import message_query
 from ledger.services import (
@@ -15,7 +16,6 @@ from ledger.services import (
     message_publish_batch,
     now_ms,
 )
-from zeroshot_web.errors import Conflict, InvalidInput, NotFound, TooLarge
 
 pytestmark = pytest.mark.django_db
 

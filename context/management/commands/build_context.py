@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from context.services import context_build
-from zeroshot_web.errors import ServiceError
+from ledger.errors import ServiceError
 
 
 class Command(BaseCommand):

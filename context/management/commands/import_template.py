@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from context.template_services import template_save
-from zeroshot_web.errors import ServiceError
+from context.services.templates import template_save
+from ledger.errors import ServiceError
 
 
 def read_template(path: Path) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from context.management.commands.import_template import read_template
-from context.template_services import template_check
+from context.services.templates import template_check
 
 
 class Command(BaseCommand):

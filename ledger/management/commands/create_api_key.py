@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger.errors import ServiceError
 from ledger.keys import api_key_create
-from zeroshot_web.errors import ServiceError
 
 
 class Command(BaseCommand):

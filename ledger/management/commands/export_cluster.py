@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger.errors import ServiceError
 from ledger.exporting import EXPORT_FORMATS, cluster_export
-from zeroshot_web.errors import ServiceError
 
 
 class Command(BaseCommand):

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
+from ledger.errors import ServiceError
 from ledger.importing import ImportReport, zeroshot_follow, zeroshot_import
 from ledger.records import MessageRecord
-from zeroshot_web.errors import ServiceError
 
 # Below this many rows a ledger imports in a blink: no bar unless someone watches a terminal.
 PROGRESS_MIN_ROWS = 10_000

@@ -1,0 +1,25 @@
+"""Writes of the context engine: recorded builds and cluster templates (the thin edges around
+the pure core).
+
+Layout: ``builds`` (a build against the ledger, recorded or a preview), ``triggers`` (its
+as-of point and triggering message) and ``templates`` (templates with versions, and clusters
+made from them).
+"""
+
+from __future__ import annotations
+
+from context.services.builds import (
+    BuildOutcome,
+    agent_config_get,
+    agent_config_resolve,
+    context_build,
+    included_pack_texts,
+)
+
+__all__ = [
+    "BuildOutcome",
+    "agent_config_get",
+    "agent_config_resolve",
+    "context_build",
+    "included_pack_texts",
+]

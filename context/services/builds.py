@@ -1,0 +1,341 @@
+"""Context builds against the ledger: the thin edge around the pure core.
+
+Reads go through ``ledger.interfaces`` with one bounded, index-backed query per distinct source
+selection; everything else (strategy, selection finishing, packs, budget, guard, metrics) is the
+pure core in this package.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.conf import settings
+
+from context.budget import BudgetResult, Pack, budget_select
+from context.metrics import build_metrics, metrics_line
+from context.models import ContextBuild
+from context.packs import DEFAULT_RULES, build_packs
+from context.selection import (
+    SelectionQuery,
+    SinceAnchors,
+    apply_query_result,
+    select_messages,
+    since_resolve,
+    source_queries,
+    validator_skip_query,
+)
+from context.services.triggers import as_of_filter, trigger_choose
+from context.strategy import ContextStrategy, strategy_parse
+from ledger import interfaces as ledger
+from ledger.interfaces import ClusterRecord, InvalidInput, MessageFilter, MessageRecord, NotFound
+
+# ``ZEROSHOT_CONTEXT_METRICS=1`` routes this logger to stdout, one line per build (SPEC §6.2).
+metrics_logger = logging.getLogger("zeroshot.context_metrics")
+
+TASK_COMPLETED = "TASK_COMPLETED"
+VALIDATOR_ROLE = "validator"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOutcome:
+    """A finished build: the prompt, its metrics and what the inspector needs to explain it."""
+
+    context: str
+    metrics: dict[str, Any]
+    packs: tuple[Pack, ...]
+    result: BudgetResult
+    trigger: MessageRecord
+    iteration: int
+    # The budget of this build: the caller's what-if, else the strategy's maxTokens.
+    max_tokens: int
+    recorded: bool
+    build_id: int | None = None
+    started_at: int | None = None
+
+
+def agent_config_get(*, cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
+    """The agent of the cluster's config, or ``NotFound`` listing the agents there are."""
+    for agent in cluster.agents:
+        if agent.get("id") == agent_id:
+            return agent
+    known = ", ".join(str(a.get("id")) for a in cluster.agents) or "none"
+    raise NotFound(
+        f"cluster {cluster.id!r} has no agent {agent_id!r} (agents: {known})",
+        details={"agent_id": agent_id},
+    )
+
+
+def _run_query(plan: _Plan, query: SelectionQuery) -> list[MessageRecord]:
+    where = replace(
+        plan.as_of,
+        topic=query.topic,
+        sender=query.sender,
+        since=query.since_ms,
+        replayable_only=query.replayable_only,
+    )
+    rows = ledger.message_select(
+        cluster_id=plan.cluster.id,
+        where=where,
+        newest_first=query.newest_first,
+        limit=query.fetch_limit,
+    )
+    return apply_query_result(rows, query, exclude_id=plan.trigger.id)
+
+
+def _rules_text(*, agent: Mapping[str, Any], cluster: ClusterRecord) -> str:
+    """The header's rules: the agent's ``contextRules``, else its template's, else ours."""
+    for rules in (agent.get("contextRules"), cluster.config.get("contextRules")):
+        if isinstance(rules, str) and rules.strip():
+            return rules
+    return DEFAULT_RULES
+
+
+def _contains(full: SelectionQuery, compact: SelectionQuery) -> bool:
+    """Whether the rows of ``full`` hold every row that ``compact`` selects."""
+    same_filters = (full.topic, full.sender, full.since_ms, full.replayable_only) == (
+        compact.topic,
+        compact.sender,
+        compact.since_ms,
+        compact.replayable_only,
+    )
+    if not same_filters:
+        return False
+    if full.limit is None:
+        return True
+    return (
+        full.newest_first == compact.newest_first
+        and compact.limit is not None
+        and compact.limit <= full.limit
+    )
+
+
+def _previous_build(*, cluster_id: str, agent_id: str, as_of: MessageFilter) -> ContextBuild | None:
+    builds = ContextBuild.objects.filter(cluster_id=cluster_id, agent_id=agent_id)
+    if as_of.until is not None:
+        builds = builds.filter(started_at__lte=as_of.until)
+    return builds.order_by("-started_at", "-id").only("started_at", "iteration").first()
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything a build has settled before it reads sources: who, as of when, on what."""
+
+    cluster: ClusterRecord
+    agent_id: str
+    agent: dict[str, Any]
+    strategy: ContextStrategy
+    max_tokens: int
+    as_of: MessageFilter
+    preview: bool
+    trigger: MessageRecord
+    anchors: SinceAnchors
+    iteration: int
+
+
+def context_build(
+    *,
+    cluster_id: str,
+    agent_id: str,
+    agent: Mapping[str, Any] | None = None,
+    strategy: Mapping[str, Any] | None = None,
+    max_tokens: int | None = None,
+    iteration: int | None = None,
+    triggering_message_id: str | None = None,
+    triggering_message: Mapping[str, Any] | None = None,
+    as_of_sequence: int | None = None,
+    as_of_timestamp: int | None = None,
+    preview: bool = False,
+) -> BuildOutcome:
+    """Assemble an agent's prompt from the ledger (SPEC §2-3); record it unless a preview.
+
+    The parameters are the body of ``POST /clusters/{id}/context`` (SPEC §6.1). A build as of
+    a past point is always a preview: it replays what the agent saw then.
+    """
+    _check_numbers(max_tokens=max_tokens, iteration=iteration)
+    cluster = ledger.cluster_get(cluster_id=cluster_id)
+    config = agent_config_resolve(cluster=cluster, agent_id=agent_id, inline=agent)
+    parsed = _strategy(config, override=strategy, agent_id=agent_id)
+    as_of = as_of_filter(cluster_id=cluster_id, sequence=as_of_sequence, timestamp=as_of_timestamp)
+    trigger = trigger_choose(
+        cluster_id=cluster_id,
+        agent=config,
+        message_id=triggering_message_id,
+        inline=triggering_message,
+        as_of=as_of,
+    )
+    previous = _previous_build(cluster_id=cluster_id, agent_id=agent_id, as_of=as_of)
+    plan = _Plan(
+        cluster=cluster,
+        agent_id=agent_id,
+        agent=config,
+        strategy=parsed,
+        max_tokens=max_tokens or parsed.max_tokens,
+        as_of=as_of,
+        preview=preview or as_of.until is not None,
+        trigger=trigger,
+        anchors=_anchors(
+            cluster=cluster, agent_id=agent_id, strategy=parsed, as_of=as_of, previous=previous
+        ),
+        iteration=iteration or ((previous.iteration + 1) if previous is not None else 1),
+    )
+    outcome = _assemble(plan, selections=_select_sources(plan))
+    if settings.CONTEXT_METRICS_STDOUT:
+        metrics_logger.info(metrics_line(outcome.metrics))
+    if plan.preview:
+        return outcome
+    build = _record(plan, outcome)
+    return replace(outcome, recorded=True, build_id=build.pk, started_at=build.started_at)
+
+
+def _check_numbers(*, max_tokens: int | None, iteration: int | None) -> None:
+    if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+        raise InvalidInput("max_tokens must be a positive integer", details={"field": "max_tokens"})
+    if iteration is not None and iteration < 1:
+        raise InvalidInput("iteration must be a positive integer", details={"field": "iteration"})
+
+
+def agent_config_resolve(
+    *, cluster: ClusterRecord, agent_id: str, inline: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The agent's config: given inline, else the cluster's (``NotFound`` when it has none)."""
+    config = (
+        dict(inline) if inline is not None else agent_config_get(cluster=cluster, agent_id=agent_id)
+    )
+    config.setdefault("id", agent_id)
+    return config
+
+
+def _strategy(
+    agent: Mapping[str, Any], *, override: Mapping[str, Any] | None, agent_id: str
+) -> ContextStrategy:
+    raw = override if override is not None else agent.get("contextStrategy")
+    if raw is not None and not isinstance(raw, Mapping):
+        raise InvalidInput("contextStrategy must be an object", details={"field": "strategy"})
+    return strategy_parse(raw, agent_id=agent_id)
+
+
+def _anchors(
+    *,
+    cluster: ClusterRecord,
+    agent_id: str,
+    strategy: ContextStrategy,
+    as_of: MessageFilter,
+    previous: ContextBuild | None,
+) -> SinceAnchors:
+    """The moments the sources' keyword ``since`` values refer to (SPEC §2.2)."""
+    task_end = None
+    if any(s.since == "last_task_end" for s in strategy.sources):
+        task_end = ledger.lifecycle_event_latest(
+            cluster_id=cluster.id, agent_id=agent_id, event=TASK_COMPLETED, until=as_of.until
+        )
+    return SinceAnchors(
+        cluster_start=cluster.created_at,
+        last_task_end=task_end.timestamp if task_end is not None else None,
+        last_agent_start=previous.started_at if previous is not None else None,
+    )
+
+
+def _select_sources(plan: _Plan) -> list[tuple[list[MessageRecord], list[MessageRecord]]]:
+    """The full and compact messages of every source, with one query per source.
+
+    The compact selection is cut from the full one in memory whenever the full rows contain it
+    (the same ``latest 1`` twice, ``latest 3`` then ``latest 1``, or ``all``).
+    """
+    selections = []
+    for source in plan.strategy.sources:
+        since_ms = since_resolve(source.since, topic=source.topic, anchors=plan.anchors)
+        full_query, compact_query = source_queries(source, since_ms)
+        full = _run_query(plan, full_query)
+        if _contains(full_query, compact_query):
+            compact = select_messages(full, compact_query, exclude_id=plan.trigger.id)
+        else:
+            compact = _run_query(plan, compact_query)
+        selections.append((full, compact))
+    return selections
+
+
+def _assemble(
+    plan: _Plan, *, selections: list[tuple[list[MessageRecord], list[MessageRecord]]]
+) -> BuildOutcome:
+    """Packs, budget, guard and metrics: the pure core, on what the sources selected."""
+    role = str(plan.agent.get("role") or "")
+    validation_results = (
+        _run_query(plan, validator_skip_query(cluster_start=plan.cluster.created_at))
+        if role == VALIDATOR_ROLE
+        else []
+    )
+    packs = build_packs(
+        agent=plan.agent,
+        iteration=plan.iteration,
+        strategy=plan.strategy,
+        source_messages=selections,
+        trigger=plan.trigger,
+        validation_results=validation_results,
+        rules_text=_rules_text(agent=plan.agent, cluster=plan.cluster),
+    )
+    result = budget_select(packs, max_tokens=plan.max_tokens, max_chars=settings.CONTEXT_MAX_CHARS)
+    metrics = build_metrics(
+        cluster_id=plan.cluster.id,
+        agent_id=plan.agent_id,
+        role=role or None,
+        iteration=plan.iteration,
+        triggered_by=plan.trigger.topic,
+        trigger_from=plan.trigger.sender,
+        max_tokens=plan.max_tokens,
+        sources_count=len(plan.strategy.sources),
+        result=result,
+    )
+    return BuildOutcome(
+        context=result.context,
+        metrics=metrics,
+        packs=tuple(packs),
+        result=result,
+        trigger=plan.trigger,
+        iteration=plan.iteration,
+        max_tokens=plan.max_tokens,
+        recorded=False,
+    )
+
+
+def included_pack_texts(result: BudgetResult) -> list[list[str]]:
+    """The final text of each included pack, in prompt order (after budget and guard)."""
+    texts: list[list[str]] = []
+    position = 0
+    for decision in result.decisions:
+        if decision.status == "included":
+            texts.append([decision.id, result.context[position : position + decision.chars]])
+            position += decision.chars
+    return texts
+
+
+def _record(plan: _Plan, outcome: BuildOutcome) -> ContextBuild:
+    """Store the build and move the cluster's clock past its start, in the ledger's write
+    transaction; with metrics-to-ledger on, its CONTEXT_METRICS message commits with it."""
+    with ledger.cluster_transaction(plan.cluster.id) as writer:
+        build = ContextBuild.objects.create(
+            cluster_id=plan.cluster.id,
+            agent_id=plan.agent_id,
+            role=str(plan.agent.get("role") or ""),
+            iteration=plan.iteration,
+            # Strictly after everything the agent could have seen (SPEC §2.2).
+            started_at=max(ledger.now_ms(), writer.last_timestamp + 1),
+            trigger_message_id=plan.trigger.id if plan.trigger.sequence else "",
+            trigger_topic=plan.trigger.topic,
+            max_tokens=plan.max_tokens,
+            final_tokens=outcome.result.budget.final_tokens,
+            metrics=outcome.metrics,
+            pack_texts=included_pack_texts(outcome.result),
+        )
+        writer.clock_advance(build.started_at)
+        if settings.CONTEXT_METRICS_LEDGER:
+            draft = ledger.MessageDraft(
+                topic="CONTEXT_METRICS",
+                sender=plan.agent_id,
+                receiver="system",
+                content={"data": outcome.metrics},
+            )
+            writer.append([draft], now=ledger.now_ms(), single=True)
+    return build

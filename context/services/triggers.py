@@ -1,0 +1,82 @@
+"""The two choices a build makes before it reads sources: its as-of point and its trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ledger import interfaces as ledger
+from ledger.interfaces import InvalidInput, MessageFilter, MessageRecord
+
+
+def as_of_filter(*, cluster_id: str, sequence: int | None, timestamp: int | None) -> MessageFilter:
+    """The point a build is asked as of (SPEC §3.7): later messages do not exist for it."""
+    if sequence is not None and timestamp is not None:
+        raise InvalidInput(
+            "give as_of_sequence or as_of_timestamp, not both",
+            details={"field": "as_of_sequence"},
+        )
+    if sequence is not None:
+        anchor = ledger.message_at_sequence(cluster_id=cluster_id, sequence=sequence)
+        return MessageFilter(until=anchor.timestamp, up_to_sequence=sequence)
+    if timestamp is not None:
+        return MessageFilter(until=timestamp)
+    return MessageFilter()
+
+
+def _inline_trigger(*, cluster_id: str, raw: Mapping[str, Any]) -> MessageRecord:
+    topic, sender = raw.get("topic"), raw.get("sender")
+    if not isinstance(topic, str) or not topic or not isinstance(sender, str) or not sender:
+        raise InvalidInput(
+            "triggering_message needs a topic and a sender",
+            details={"field": "triggering_message"},
+        )
+    content = raw.get("content") or {}
+    if not isinstance(content, Mapping):
+        raise InvalidInput(
+            "triggering_message.content must be an object",
+            details={"field": "triggering_message.content"},
+        )
+    return MessageRecord(
+        id=str(raw.get("id") or "inline-trigger"),
+        cluster_id=cluster_id,
+        sequence=0,
+        timestamp=int(raw.get("timestamp") or ledger.now_ms()),
+        topic=topic,
+        sender=sender,
+        receiver=str(raw.get("receiver") or "broadcast"),
+        content=dict(content),
+        metadata=raw.get("metadata"),
+    )
+
+
+def trigger_choose(
+    *,
+    cluster_id: str,
+    agent: Mapping[str, Any],
+    message_id: str | None,
+    inline: Mapping[str, Any] | None,
+    as_of: MessageFilter,
+) -> MessageRecord:
+    if message_id is not None:
+        return ledger.message_get(cluster_id=cluster_id, message_id=message_id)
+    if inline is not None:
+        return _inline_trigger(cluster_id=cluster_id, raw=inline)
+    # Without one, the build answers the newest message this agent triggers on.
+    triggers = agent.get("triggers")
+    topics = [
+        t["topic"]
+        for t in (triggers if isinstance(triggers, list) else [])
+        if isinstance(t, Mapping) and isinstance(t.get("topic"), str) and "*" not in t["topic"]
+    ]
+    newest = None
+    if topics:
+        newest = ledger.message_latest(cluster_id=cluster_id, topics=topics, where=as_of)
+    if newest is None:
+        newest = ledger.message_latest(cluster_id=cluster_id, where=as_of)
+    if newest is None:
+        raise InvalidInput(
+            "the cluster has no message to trigger a build; publish one or pass triggering_message",
+            details={"field": "triggering_message_id"},
+        )
+    return newest

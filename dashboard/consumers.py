@@ -1,0 +1,104 @@
+"""The cluster page's live timeline: each new message pushed as its rendered row."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from ledger.interfaces import (
+    CLOSE_NOT_FOUND,
+    CLOSE_UNAUTHORIZED,
+    JSON,
+    MessageRecord,
+    cluster_exists,
+    cluster_group,
+)
+
+
+def _authorise_session_sync(scope: dict[str, Any], cluster_id: str) -> int:
+    """0 when a signed-in operator may follow the cluster's page, else the close code."""
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return CLOSE_UNAUTHORIZED
+    if not cluster_exists(cluster_id=cluster_id):
+        return CLOSE_NOT_FOUND
+    return 0
+
+
+_authorise_session = database_sync_to_async(_authorise_session_sync)
+
+
+def message_from_wire(wire: dict[str, JSON]) -> MessageRecord:
+    """The record behind a bus event's wire dict (SPEC §1.1), for rendering."""
+    content = wire.get("content")
+    return MessageRecord(
+        id=str(wire["id"]),
+        cluster_id=str(wire["cluster_id"]),
+        sequence=int(wire["sequence"]),
+        timestamp=int(wire["timestamp"]),
+        topic=str(wire["topic"]),
+        sender=str(wire["sender"]),
+        receiver=str(wire.get("receiver", "broadcast")),
+        content=content if isinstance(content, dict) else {},
+        metadata=wire.get("metadata"),
+    )
+
+
+def timeline_row_html(message: MessageRecord) -> str:
+    """The cluster page's own row partial, wrapped as an htmx out-of-band swap at the top."""
+    row = render_to_string("dashboard/cluster_detail.html#timeline-row", {"m": message})
+    return f'<ol hx-swap-oob="afterbegin:#timeline-rows">{row}</ol>'
+
+
+class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Pushes each new message of a cluster to its page as the rendered timeline row.
+
+    Signed-in sessions only (the page's own cookie); API keys belong to agents, not to pages.
+    The page's ``topic``, ``sender`` and ``since`` filters arrive in the query string so that a
+    filtered timeline only grows by rows it would show.
+    """
+
+    group: str | None = None
+    topic: str = ""
+    sender: str = ""
+    since: int | None = None
+
+    async def connect(self) -> None:
+        cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
+        refusal = await _authorise_session(self.scope, cluster_id)
+        if refusal:
+            await self.close(code=refusal)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        self.topic = query.get("topic", [""])[0].strip()
+        self.sender = query.get("sender", [""])[0].strip()
+        since = query.get("since", [""])[0].strip()
+        self.since = int(since) if since.isdigit() else None
+        self.group = cluster_group(cluster_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    def _wanted(self, wire: dict[str, JSON]) -> bool:
+        if self.topic and wire.get("topic") != self.topic:
+            return False
+        if self.sender and wire.get("sender") != self.sender:
+            return False
+        return self.since is None or int(wire.get("timestamp", 0)) >= self.since
+
+    async def ledger_message(self, event: dict[str, Any]) -> None:
+        wire = event["message"]
+        if not self._wanted(wire):
+            return
+        html = await sync_to_async(timeline_row_html, thread_sensitive=False)(
+            message_from_wire(wire)
+        )
+        await self.send(text_data=html)

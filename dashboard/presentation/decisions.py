@@ -1,0 +1,171 @@
+"""A build's pack decisions as rows, each with the reason for it in words."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from context.budget import PRIORITY_RANK
+from dashboard.presentation.labels import PRIORITY_LABELS, tokens_text
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """One pack decision with its reason in words."""
+
+    id: str
+    section: str
+    priority: str
+    required: bool
+    status: str
+    variant: str | None
+    chars: int
+    tokens: int
+    order: int
+    reason: str | None
+    truncated: bool
+    # Tokens the budget selection had left when it reached this pack; None without a budget.
+    left_before: int | None
+    full_tokens: int | None
+    compact_tokens: int | None
+    sentence: str
+
+    @property
+    def label(self) -> str:
+        return PRIORITY_LABELS.get(self.priority, self.priority.upper())
+
+    @property
+    def included(self) -> bool:
+        return self.status == "included"
+
+    @property
+    def status_word(self) -> str:
+        """``full`` / ``compact`` / ``truncated`` / ``skipped``: the bar's four looks."""
+        if not self.included:
+            return "skipped"
+        if self.truncated:
+            return "truncated"
+        return self.variant or "full"
+
+
+def _priority(raw: Any) -> str:
+    return raw if raw in PRIORITY_RANK else "medium"
+
+
+def _budget_variant(decision: Mapping[str, Any]) -> str | None:
+    """The variant the budget selection chose, before the max-chars guard acted."""
+    if decision.get("reason") == "max_chars" and not decision.get("truncated"):
+        # The guard swaps full packs to compact, and a pack it drops keeps its variant.
+        return "full" if decision.get("status") == "included" else decision.get("variant")
+    return decision.get("variant") if decision.get("status") == "included" else None
+
+
+def decision_rows(
+    decisions: Sequence[Mapping[str, Any]],
+    *,
+    max_tokens: int | None,
+    sizes: Mapping[str, tuple[int, int | None]] | None = None,
+    max_chars: int | None = None,
+) -> list[DecisionRow]:
+    """Explain each decision, in prompt order.
+
+    ``sizes`` maps a pack id to the tokens of its full and compact variants when the packs are
+    at hand (a preview); without it the sentences name only what the decisions record.
+    ``max_chars`` is the guard's cap when known (a recorded build does not store it).
+    """
+    sizes = sizes or {}
+    ordered = sorted(decisions, key=lambda d: int(d.get("order", 0)))
+    # Replay the visit order of SPEC §3.3 to know what was left when each pack was reached.
+    visit = sorted(
+        range(len(ordered)),
+        key=lambda i: (PRIORITY_RANK[_priority(ordered[i].get("priority"))], i),
+    )
+    left_before: dict[int, int | None] = {}
+    only_required_before: dict[int, bool] = {}
+    remaining = max_tokens
+    all_required = True
+    for i in visit:
+        decision = ordered[i]
+        left_before[i] = remaining
+        only_required_before[i] = all_required
+        variant = _budget_variant(decision)
+        if variant is not None:
+            all_required = all_required and _priority(decision.get("priority")) == "required"
+        if variant is None or remaining is None:
+            continue
+        full, compact = sizes.get(str(decision.get("id")), (None, None))
+        known = full if variant == "full" else compact
+        spent = known if known is not None else int(decision.get("estimatedTokens", 0))
+        remaining = max(0, remaining - spent)
+
+    rows = []
+    for i, decision in enumerate(ordered):
+        full, compact = sizes.get(str(decision.get("id")), (None, None))
+        row = DecisionRow(
+            id=str(decision.get("id", "")),
+            section=str(decision.get("section", "")),
+            priority=_priority(decision.get("priority")),
+            required=bool(decision.get("required")),
+            status=str(decision.get("status", "skipped")),
+            variant=decision.get("variant"),
+            chars=int(decision.get("chars", 0)),
+            tokens=int(decision.get("estimatedTokens", 0)),
+            order=int(decision.get("order", i)),
+            reason=decision.get("reason"),
+            truncated=bool(decision.get("truncated")),
+            left_before=left_before[i],
+            full_tokens=full,
+            compact_tokens=compact or None,
+            sentence="",
+        )
+        sentence = reason_sentence(
+            row, max_chars=max_chars, after_required_only=only_required_before[i]
+        )
+        rows.append(replace(row, sentence=sentence))
+    return rows
+
+
+def reason_sentence(row: DecisionRow, *, max_chars: int | None, after_required_only: bool) -> str:
+    """Why the engine did what it did with one pack, in words."""
+    guard = f"the {max_chars:,}-char guard" if max_chars else "the max-chars guard"
+    left = row.left_before
+    after = (
+        ""
+        if row.required
+        else (" after required packs" if after_required_only else " after higher-ranked packs")
+    )
+    left_text = f"the {tokens_text(left)} left{after}" if left is not None else "the budget"
+    if left == 0:
+        left_text = f"the budget: nothing was left{after}"
+    if not row.included:
+        if row.reason == "empty":
+            if row.section == "sources":
+                return "skipped — no messages matched this source"
+            return "skipped — empty"
+        if row.reason == "max_chars":
+            return f"skipped — dropped by {guard} to keep the prompt short enough"
+        if row.full_tokens is not None and row.compact_tokens:
+            return (
+                f"skipped — neither full ({tokens_text(row.full_tokens)}) nor compact "
+                f"({tokens_text(row.compact_tokens)}) fit in {left_text}"
+            )
+        if row.full_tokens is not None:
+            return f"skipped — {tokens_text(row.full_tokens)} did not fit in {left_text}"
+        return f"skipped — did not fit in {left_text}"
+    if row.truncated:
+        return f"truncated — cut by {guard} to {row.chars:,} chars"
+    if row.variant == "compact":
+        if row.reason == "max_chars":
+            return f"compact — swapped to compact by {guard}"
+        full = f"full ({tokens_text(row.full_tokens)})" if row.full_tokens is not None else "full"
+        if row.required:
+            return f"compact — required; {full} did not fit in {left_text}, compact used"
+        return f"compact — {full} did not fit in {left_text}; compact used"
+    if left is None:
+        return "full — no token budget"
+    if row.required:
+        if row.tokens > left:
+            return f"full — required, kept past the budget: +{row.tokens - left:,} over"
+        return "full — required, always included"
+    return f"full — fits in {left_text}"

@@ -1,0 +1,93 @@
+"""Template filters of the operator pages: topic colours, times, JSON, budget bars.
+
+Every filter returns plain text; the template engine escapes it. None marks anything safe.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+
+from dashboard.presentation import time_text
+
+register = template.Library()
+
+# The number of muted topic tones defined in static/css/app.css (.tone-0 … .tone-9).
+TOPIC_TONES = 10
+FIRST_LINE_CHARS = 160
+
+
+@register.filter
+def topic_tone(topic: str) -> int:
+    """A stable tone index for a topic name: the same topic has the same colour everywhere."""
+    return zlib.crc32(str(topic).encode()) % TOPIC_TONES
+
+
+@register.filter
+def first_line(text: str | None) -> str:
+    """The first non-blank line of a text, cut to a table cell's worth."""
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line:
+            return line if len(line) <= FIRST_LINE_CHARS else line[: FIRST_LINE_CHARS - 1] + "…"
+    return ""
+
+
+@register.filter
+def has_more_lines(text: str | None) -> bool:
+    """Whether a text holds more than its first line (then the row has something to expand)."""
+    return len((text or "").strip().splitlines()) > 1 or len(first_line(text)) < len(
+        (text or "").strip()
+    )
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """JSON indented for reading; the template escapes it like any other text."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def _moment(ms: int) -> datetime:
+    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
+
+
+@register.filter
+def iso_ms(ms: int | str | None) -> str:
+    """An epoch-milliseconds value as an ISO 8601 UTC instant (for ``<time datetime>``)."""
+    if ms is None or ms == "":
+        return ""
+    return _moment(int(ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@register.filter
+def utc_text(ms: int | str | None) -> str:
+    """The readable UTC time shown until the page's script converts it to local time."""
+    if ms is None or ms == "":
+        return ""
+    return _moment(int(ms)).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@register.filter
+def input_utc(ms: int | str | None) -> str:
+    """A ``datetime-local`` input value in UTC; the page's script shows it in local time."""
+    if ms is None or ms == "":
+        return ""
+    return _moment(int(ms)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@register.filter
+def percent_of(value: int | None, whole: int | None) -> int:
+    """``value`` as a whole percentage of ``whole``, clamped to 0-100 (for a bar's width)."""
+    if not value or not whole or whole <= 0:
+        return 0
+    return max(0, min(100, round(100 * int(value) / int(whole))))
+
+
+@register.filter
+def ms_time(value: int | None) -> str:
+    """Milliseconds since the epoch as readable UTC text (the fallback inside ``<time>``)."""
+    return time_text(value) if isinstance(value, int) else ""

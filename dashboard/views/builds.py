@@ -1,0 +1,279 @@
+"""Operator pages of the context engine: the inspector, the build diff and the metrics charts.
+
+Function views (STYLE.md rule 7): parse the query string, call one service or selector per
+need, shape the result with the pure helpers of ``dashboard.presentation`` / ``dashboard.charts``,
+and render the page, or only its region when htmx asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from context import selectors
+from context.budget import estimate_tokens
+from context.services import BuildOutcome, context_build, included_pack_texts
+from context.strategy import strategy_parse
+from dashboard.charts import FRAME, cluster_charts
+from dashboard.presentation import (
+    bar_geometry,
+    decision_rows,
+    pack_diff,
+    prompt_diff,
+    time_text,
+)
+from ledger import interfaces as ledger
+from ledger.interfaces import ClusterRecord, ServiceError
+
+MAX_TOKENS_CEILING = 10_000_000
+AS_OF_CHOICES = 200
+RECENT_BUILDS = 30
+METRICS_BUILDS = 500
+
+
+def _cluster_or_404(cluster_id: str) -> ClusterRecord:
+    try:
+        return ledger.cluster_get(cluster_id=cluster_id)
+    except ServiceError as exc:
+        raise Http404(exc.message) from exc
+
+
+def _agent_or_404(cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
+    for agent in cluster.agents:
+        if agent.get("id") == agent_id:
+            return agent
+    raise Http404(f"cluster {cluster.id!r} has no agent {agent_id!r}")
+
+
+def _positive_int(
+    query: QueryDict, name: str, label: str, errors: dict[str, str], *, ceiling: int | None = None
+) -> int | None:
+    """Read an optional positive integer; a bad value becomes an inline error, never a 500."""
+    raw = query.get(name, "").strip().replace(",", "").replace("_", "")
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        errors[name] = f"{label} must be a whole number, not “{raw[:40]}”."
+        return None
+    if value < 1:
+        errors[name] = f"{label} must be at least 1 (got {value:,})."
+        return None
+    if ceiling is not None and value > ceiling:
+        errors[name] = f"{label} can be at most {ceiling:,} (got {value:,})."
+        return None
+    return value
+
+
+def _default_budget(agent: Mapping[str, Any]) -> int | None:
+    """The agent's own maxTokens (what the page returns to when the what-if is cleared)."""
+    raw = agent.get("contextStrategy")
+    if raw is not None and not isinstance(raw, Mapping):
+        return None
+    try:
+        return strategy_parse(raw, agent_id=str(agent.get("id"))).max_tokens
+    except ServiceError:
+        return None
+
+
+def _partial(request: HttpRequest, template: str, region: str) -> str:
+    htmx = getattr(request, "htmx", None)
+    # A history restore asks for the whole page: htmx swaps it into <body>.
+    if htmx and not htmx.history_restore_request:
+        return f"{template}#{region}"
+    return template
+
+
+def _explain(outcome: BuildOutcome) -> dict[str, Any]:
+    """The inspector's view of one build: decision rows, the bar, the prompt block by block."""
+    budget = outcome.metrics["budget"]
+    sizes = {
+        pack.id: (
+            estimate_tokens(pack.full),
+            estimate_tokens(pack.compact) if pack.compact else None,
+        )
+        for pack in outcome.packs
+    }
+    rows = decision_rows(
+        outcome.metrics["packs"],
+        max_tokens=budget["maxTokens"],
+        sizes=sizes,
+        max_chars=settings.CONTEXT_MAX_CHARS,
+    )
+    by_id = {row.id: row for row in rows}
+    return {
+        "rows": rows,
+        "bar": bar_geometry(rows, max_tokens=budget["maxTokens"]),
+        "blocks": [(by_id[pack_id], text) for pack_id, text in included_pack_texts(outcome.result)],
+        "budget": budget,
+        "total": outcome.metrics["total"],
+        "truncation": outcome.metrics["truncation"]["maxContextChars"],
+        "trigger": outcome.trigger,
+        "iteration": outcome.iteration,
+    }
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def inspector_page(request: HttpRequest, cluster_id: str, agent_id: str) -> HttpResponse:
+    """A preview build of one agent: the bar, the decisions, the prompt; the what-if in the URL."""
+    cluster = _cluster_or_404(cluster_id)
+    agent = _agent_or_404(cluster, agent_id)
+    errors: dict[str, str] = {}
+    max_tokens = _positive_int(
+        request.GET, "max_tokens", "Max tokens", errors, ceiling=MAX_TOKENS_CEILING
+    )
+    as_of = _positive_int(request.GET, "as_of", "The as-of point", errors)
+    if as_of is not None and as_of > cluster.last_sequence:
+        errors["as_of"] = (
+            f"This cluster has no message #{as_of:,}: its sequences run from 1 to "
+            f"{cluster.last_sequence:,}."
+        )
+        as_of = None
+    explained: dict[str, Any] | None = None
+    build_error = ""
+    try:
+        outcome = context_build(
+            cluster_id=cluster.id,
+            agent_id=agent_id,
+            max_tokens=max_tokens,
+            as_of_sequence=as_of,
+            preview=True,
+        )
+    except ServiceError as exc:
+        build_error = exc.message
+    else:
+        explained = _explain(outcome)
+    default_budget = _default_budget(agent)
+    shown_budget = max_tokens or default_budget or 0
+    context: dict[str, Any] = {
+        "cluster": cluster,
+        "agent": agent,
+        "agent_id": agent_id,
+        "errors": errors,
+        "build_error": build_error,
+        "x": explained,
+        "max_tokens": max_tokens,
+        "as_of": as_of,
+        "raw_max_tokens": request.GET.get("max_tokens", ""),
+        "default_budget": default_budget,
+        "shown_budget": shown_budget,
+        "slider_max": max(2 * (default_budget or 0), shown_budget, 1000),
+        "what_if": max_tokens is not None or as_of is not None,
+    }
+    template = _partial(request, "dashboard/inspector.html", "inspector-region")
+    if "#" not in template:
+        # The side panel is outside the region: an htmx re-render does not need it.
+        context["messages"] = ledger.message_query(
+            cluster_id=cluster.id, order="desc", limit=AS_OF_CHOICES
+        )
+        context["builds"] = selectors.build_list(
+            cluster_id=cluster.id, agent_id=agent_id, limit=RECENT_BUILDS
+        )
+    return render(request, template, context)
+
+
+def _build_or_error(
+    cluster_id: str, agent_id: str, build_id: int | None, name: str, errors: dict[str, str]
+) -> selectors.BuildRecord | None:
+    if build_id is None:
+        return None
+    build = selectors.build_get(cluster_id=cluster_id, build_id=build_id)
+    if build is None or build.agent_id != agent_id:
+        errors[name] = f"Build {build_id:,} is not a recorded build of {agent_id} in this cluster."
+        return None
+    return build
+
+
+def _recorded_view(build: selectors.BuildRecord) -> dict[str, Any]:
+    budget = build.metrics.get("budget") or {}
+    rows = decision_rows(
+        build.metrics.get("packs") or [],
+        max_tokens=budget.get("maxTokens", build.max_tokens),
+    )
+    return {
+        "build": build,
+        "bar": bar_geometry(rows, max_tokens=budget.get("maxTokens", build.max_tokens)),
+        "when": time_text(build.started_at),
+    }
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def build_diff_page(request: HttpRequest, cluster_id: str, agent_id: str) -> HttpResponse:
+    """Two recorded builds of one agent side by side: packs added / dropped / changed, then text."""
+    cluster = _cluster_or_404(cluster_id)
+    agent = _agent_or_404(cluster, agent_id)
+    errors: dict[str, str] = {}
+    a = _build_or_error(
+        cluster.id, agent_id, _positive_int(request.GET, "a", "Build A", errors), "a", errors
+    )
+    b = _build_or_error(
+        cluster.id, agent_id, _positive_int(request.GET, "b", "Build B", errors), "b", errors
+    )
+    context: dict[str, Any] = {
+        "cluster": cluster,
+        "agent": agent,
+        "agent_id": agent_id,
+        "errors": errors,
+        "a": _recorded_view(a) if a else None,
+        "b": _recorded_view(b) if b else None,
+        "selected_a": a.id if a else None,
+        "selected_b": b.id if b else None,
+    }
+    if a is not None and b is not None:
+        changes = pack_diff(
+            a.metrics.get("packs") or [],
+            dict(a.pack_texts or []),
+            b.metrics.get("packs") or [],
+            dict(b.pack_texts or []),
+        )
+        context["changes"] = changes
+        context["counts"] = {
+            kind: sum(1 for c in changes if c.kind == kind)
+            for kind in ("added", "dropped", "changed", "unchanged")
+        }
+        context["lines"] = prompt_diff(
+            a.prompt,
+            b.prompt,
+            a_name=f"build {a.id} (iteration {a.iteration})",
+            b_name=f"build {b.id} (iteration {b.iteration})",
+        )
+    template = _partial(request, "dashboard/build_diff.html", "diff-region")
+    if "#" not in template:
+        context["builds"] = selectors.build_list(
+            cluster_id=cluster.id, agent_id=agent_id, limit=RECENT_BUILDS
+        )
+    return render(request, template, context)
+
+
+@require_GET
+@login_required
+def metrics_page(request: HttpRequest, cluster_id: str) -> HttpResponse:
+    """Small multiples per agent over the cluster's newest recorded builds."""
+    cluster = _cluster_or_404(cluster_id)
+    builds = selectors.build_list(cluster_id=cluster.id, limit=METRICS_BUILDS)
+    charts = cluster_charts(builds)
+    charted = {chart.agent_id for chart in charts}
+    return render(
+        request,
+        "dashboard/metrics.html",
+        {
+            "cluster": cluster,
+            "charts": charts,
+            "frame": FRAME,
+            "build_count": len(builds),
+            "capped": len(builds) == METRICS_BUILDS,
+            "idle_agents": [a for a in cluster.agents if a.get("id") not in charted],
+        },
+    )
