@@ -10,6 +10,7 @@ from ninja.responses import Status
 from pydantic import ConfigDict, StrictBool, StrictInt
 
 from context import selectors, services
+from context.services import BuildOutcome
 from context.services.templates import (
     TemplateRecord,
     cluster_create_from_template,
@@ -143,7 +144,7 @@ class ValidateIn(Schema):
 @router.post(
     "/clusters/{cluster_id}/context", response=BuildOut, summary="Build an agent's context"
 )
-def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> dict[str, Any]:
+def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> BuildOutcome:
     require_cluster(request, cluster_id)
     outcome = services.context_build(
         cluster_id=cluster_id,
@@ -162,13 +163,7 @@ def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> di
         as_of_timestamp=payload.as_of_timestamp,
         preview=payload.preview,
     )
-    return {
-        "context": outcome.context,
-        "metrics": outcome.metrics,
-        "recorded": outcome.recorded,
-        "build_id": outcome.build_id,
-        "started_at": outcome.started_at,
-    }
+    return outcome
 
 
 @router.get("/clusters/{cluster_id}/builds", response=BuildPageOut, summary="Recorded builds")
@@ -184,22 +179,7 @@ def builds_list(
         limit=filters.limit,
     )
     next_before = builds[-1].id if len(builds) == filters.limit else None
-    return {
-        "items": [
-            {
-                "id": b.id,
-                "agent_id": b.agent_id,
-                "role": b.role,
-                "iteration": b.iteration,
-                "started_at": b.started_at,
-                "trigger_message_id": b.trigger_message_id,
-                "trigger_topic": b.trigger_topic,
-                "metrics": b.metrics,
-            }
-            for b in builds
-        ],
-        "next_before": next_before,
-    }
+    return {"items": builds, "next_before": next_before}
 
 
 @router.post("/strategies/validate", summary="Validate context strategies")
@@ -227,21 +207,9 @@ class TemplateDetailOut(TemplateOut):
     body: dict[str, Any]
 
 
-def template_out(record: TemplateRecord) -> dict[str, Any]:
-    return {
-        "name": record.name,
-        "description": record.description,
-        "params": record.params,
-        "builtin": record.builtin,
-        "agent_count": record.agent_count,
-        "version": record.version,
-        "version_count": record.version_count,
-    }
-
-
 @router.get("/templates", response=list[TemplateOut], summary="List cluster templates")
-def templates_list(request: HttpRequest) -> list[dict[str, Any]]:
-    return [template_out(record) for record in template_list()]
+def templates_list(request: HttpRequest) -> list[TemplateRecord]:
+    return template_list()
 
 
 class TemplateValidateIn(Schema):
@@ -255,6 +223,5 @@ def templates_validate(request: HttpRequest, payload: TemplateValidateIn) -> dic
 
 
 @router.get("/templates/{name}", response=TemplateDetailOut, summary="One cluster template")
-def templates_get(request: HttpRequest, name: str) -> dict[str, Any]:
-    record = template_get(name=name)
-    return {**template_out(record), "body": record.body}
+def templates_get(request: HttpRequest, name: str) -> TemplateRecord:
+    return template_get(name=name)

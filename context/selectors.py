@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import Max, Subquery
 
+from context.budget import PackDecision
 from context.models import ContextBuild
 
 DEFAULT_PAGE = 50
@@ -28,6 +29,18 @@ class BuildRecord:
     final_tokens: int
     metrics: dict[str, Any]
     pack_texts: list[list[str]] | None = None
+
+    @property
+    def decisions(self) -> list[PackDecision]:
+        """The pack decisions of the build (SPEC §3.6), typed."""
+        packs = self.metrics.get("packs") if isinstance(self.metrics, dict) else None
+        if not isinstance(packs, list):
+            return []
+        return [
+            PackDecision.from_dict(raw, position=i)
+            for i, raw in enumerate(packs)
+            if isinstance(raw, dict)
+        ]
 
     @property
     def prompt(self) -> str:

@@ -6,47 +6,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from ledger.interfaces import (
-    CLOSE_NOT_FOUND,
-    CLOSE_UNAUTHORIZED,
-    JSON,
-    MessageRecord,
-    cluster_exists,
-    cluster_group,
-)
-
-
-def _authorise_session_sync(scope: dict[str, Any], cluster_id: str) -> int:
-    """0 when a signed-in operator may follow the cluster's page, else the close code."""
-    user = scope.get("user")
-    if user is None or not user.is_authenticated:
-        return CLOSE_UNAUTHORIZED
-    if not cluster_exists(cluster_id=cluster_id):
-        return CLOSE_NOT_FOUND
-    return 0
-
-
-_authorise_session = database_sync_to_async(_authorise_session_sync)
-
-
-def message_from_wire(wire: dict[str, JSON]) -> MessageRecord:
-    """The record behind a bus event's wire dict (SPEC §1.1), for rendering."""
-    content = wire.get("content")
-    return MessageRecord(
-        id=str(wire["id"]),
-        cluster_id=str(wire["cluster_id"]),
-        sequence=int(wire["sequence"]),
-        timestamp=int(wire["timestamp"]),
-        topic=str(wire["topic"]),
-        sender=str(wire["sender"]),
-        receiver=str(wire.get("receiver", "broadcast")),
-        content=content if isinstance(content, dict) else {},
-        metadata=wire.get("metadata"),
-    )
+from ledger.interfaces import JSON, MessageRecord, cluster_group, websocket_refusal
 
 
 def timeline_row_html(message: MessageRecord) -> str:
@@ -70,7 +33,7 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def connect(self) -> None:
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
-        refusal = await _authorise_session(self.scope, cluster_id)
+        refusal = await websocket_refusal(self.scope, cluster_id, keys=False)
         if refusal:
             await self.close(code=refusal)
             return
@@ -99,6 +62,6 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if not self._wanted(wire):
             return
         html = await sync_to_async(timeline_row_html, thread_sensitive=False)(
-            message_from_wire(wire)
+            MessageRecord.from_wire(wire)
         )
         await self.send(text_data=html)

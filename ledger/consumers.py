@@ -31,11 +31,17 @@ def presented_key(scope: dict[str, Any]) -> str | None:
     return None
 
 
-def _authorise_sync(scope: dict[str, Any], cluster_id: str) -> int:
-    """0 when the client may follow the cluster, else the close code."""
+def websocket_refusal_sync(scope: dict[str, Any], cluster_id: str, *, keys: bool = True) -> int:
+    """0 when the client may follow the cluster, else the close code.
+
+    A signed-in session may follow any cluster; with ``keys``, so may an API key that is not
+    limited to another cluster (agents); without, API keys are refused (the dashboard's pages).
+    """
     user = scope.get("user")
     identity: ApiKeyIdentity | None = None
     if user is None or not user.is_authenticated:
+        if not keys:
+            return CLOSE_UNAUTHORIZED
         key = presented_key(scope)
         identity = api_key_authenticate(plain=key) if key else None
         if identity is None:
@@ -47,7 +53,7 @@ def _authorise_sync(scope: dict[str, Any], cluster_id: str) -> int:
     return 0
 
 
-_authorise = database_sync_to_async(_authorise_sync)
+websocket_refusal = database_sync_to_async(websocket_refusal_sync)
 
 
 class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
@@ -57,7 +63,7 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def connect(self) -> None:
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
-        refusal = await _authorise(self.scope, cluster_id)
+        refusal = await websocket_refusal(self.scope, cluster_id)
         if refusal:
             await self.close(code=refusal)
             return

@@ -9,7 +9,7 @@ check this.
 from __future__ import annotations
 
 from ledger.bus import Subscription, bus, cluster_group
-from ledger.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHORIZED
+from ledger.consumers import websocket_refusal
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
 from ledger.keys import require_cluster, scoped_cluster
@@ -43,9 +43,6 @@ from ledger.services import (
 )
 
 __all__ = [
-    "CLOSE_FORBIDDEN",
-    "CLOSE_NOT_FOUND",
-    "CLOSE_UNAUTHORIZED",
     "JSON",
     "ClusterDetailOut",
     "ClusterOut",
@@ -87,4 +84,5 @@ __all__ = [
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",
+    "websocket_refusal",
 ]

@@ -42,6 +42,22 @@ class MessageRecord:
     def data(self) -> JSON:
         return self.content.get("data")
 
+    @classmethod
+    def from_wire(cls, wire: dict[str, JSON]) -> MessageRecord:
+        """The record behind a message's wire shape (SPEC §1.1), as the bus pushes it."""
+        content = wire.get("content")
+        return cls(
+            id=str(wire["id"]),
+            cluster_id=str(wire["cluster_id"]),
+            sequence=int(wire["sequence"]),
+            timestamp=int(wire["timestamp"]),
+            topic=str(wire["topic"]),
+            sender=str(wire["sender"]),
+            receiver=str(wire.get("receiver", "broadcast")),
+            content=content if isinstance(content, dict) else {},
+            metadata=wire.get("metadata"),
+        )
+
     def to_wire(self) -> dict[str, JSON]:
         """The JSON shape of the API, the websocket and exports (SPEC §1.1)."""
         wire: dict[str, JSON] = {

@@ -7,7 +7,7 @@ and warnings of one strategy or of every agent of a config).
 
 from __future__ import annotations
 
-from context.strategy.parse import default_priority, strategy_parse
+from context.strategy.parse import agent_max_tokens, default_priority, strategy_parse
 from context.strategy.spec import (
     DEFAULT_COMPACT_AMOUNT,
     DEFAULT_MAX_TOKENS,
@@ -51,6 +51,7 @@ __all__ = [
     "Strategy",
     "StrategyError",
     "ValidationReport",
+    "agent_max_tokens",
     "default_priority",
     "is_since_valid",
     "iso_to_ms",

@@ -84,3 +84,14 @@ def _max_tokens(value: Any) -> int:
 
 def _int_or_none(value: Any) -> int | None:
     return int(value) if is_number(value) else None
+
+
+def agent_max_tokens(agent: Mapping[str, Any]) -> int | None:
+    """The budget an agent's ``contextStrategy`` resolves to; None when the strategy is invalid."""
+    raw = agent.get("contextStrategy")
+    if raw is not None and not isinstance(raw, Mapping):
+        return None
+    try:
+        return strategy_parse(raw, agent_id=str(agent.get("id"))).max_tokens
+    except StrategyError:
+        return None

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from context.budget import PRIORITY_RANK
+from context.budget import PackDecision, Visit, budget_replay
 from dashboard.presentation.labels import PRIORITY_LABELS, tokens_text
 
 
@@ -49,78 +48,48 @@ class DecisionRow:
         return self.variant or "full"
 
 
-def _priority(raw: Any) -> str:
-    return raw if raw in PRIORITY_RANK else "medium"
-
-
-def _budget_variant(decision: Mapping[str, Any]) -> str | None:
-    """The variant the budget selection chose, before the max-chars guard acted."""
-    if decision.get("reason") == "max_chars" and not decision.get("truncated"):
-        # The guard swaps full packs to compact, and a pack it drops keeps its variant.
-        return "full" if decision.get("status") == "included" else decision.get("variant")
-    return decision.get("variant") if decision.get("status") == "included" else None
-
-
 def decision_rows(
-    decisions: Sequence[Mapping[str, Any]],
+    decisions: Sequence[PackDecision],
     *,
     max_tokens: int | None,
     sizes: Mapping[str, tuple[int, int | None]] | None = None,
     max_chars: int | None = None,
+    visits: Sequence[Visit] | None = None,
 ) -> list[DecisionRow]:
     """Explain each decision, in prompt order.
 
-    ``sizes`` maps a pack id to the tokens of its full and compact variants when the packs are
-    at hand (a preview); without it the sentences name only what the decisions record.
-    ``max_chars`` is the guard's cap when known (a recorded build does not store it).
+    ``visits`` are the budget walk's own account of a build just made (``BudgetResult.visits``);
+    for a recorded build they are replayed by the same walk (``budget_replay``). ``sizes`` maps
+    a pack id to the tokens of its full and compact variants when the packs are at hand (a
+    preview); without it the sentences name only what the decisions record. ``max_chars`` is
+    the guard's cap when known (a recorded build does not store it).
     """
     sizes = sizes or {}
-    ordered = sorted(decisions, key=lambda d: int(d.get("order", 0)))
-    # Replay the visit order of SPEC §3.3 to know what was left when each pack was reached.
-    visit = sorted(
-        range(len(ordered)),
-        key=lambda i: (PRIORITY_RANK[_priority(ordered[i].get("priority"))], i),
-    )
-    left_before: dict[int, int | None] = {}
-    only_required_before: dict[int, bool] = {}
-    remaining = max_tokens
-    all_required = True
-    for i in visit:
-        decision = ordered[i]
-        left_before[i] = remaining
-        only_required_before[i] = all_required
-        variant = _budget_variant(decision)
-        if variant is not None:
-            all_required = all_required and _priority(decision.get("priority")) == "required"
-        if variant is None or remaining is None:
-            continue
-        full, compact = sizes.get(str(decision.get("id")), (None, None))
-        known = full if variant == "full" else compact
-        spent = known if known is not None else int(decision.get("estimatedTokens", 0))
-        remaining = max(0, remaining - spent)
-
+    ordered = sorted(decisions, key=lambda d: d.order)
+    if visits is None:
+        visits = budget_replay(ordered, max_tokens=max_tokens, sizes=sizes)
     rows = []
-    for i, decision in enumerate(ordered):
-        full, compact = sizes.get(str(decision.get("id")), (None, None))
+    for decision, visit in zip(ordered, visits, strict=True):
+        full, compact = sizes.get(decision.id, (None, None))
         row = DecisionRow(
-            id=str(decision.get("id", "")),
-            section=str(decision.get("section", "")),
-            priority=_priority(decision.get("priority")),
-            required=bool(decision.get("required")),
-            status=str(decision.get("status", "skipped")),
-            variant=decision.get("variant"),
-            chars=int(decision.get("chars", 0)),
-            tokens=int(decision.get("estimatedTokens", 0)),
-            order=int(decision.get("order", i)),
-            reason=decision.get("reason"),
-            truncated=bool(decision.get("truncated")),
-            left_before=left_before[i],
+            id=decision.id,
+            section=decision.section,
+            priority=decision.priority,
+            required=decision.required,
+            status=decision.status,
+            variant=decision.variant,
+            chars=decision.chars,
+            tokens=decision.estimated_tokens,
+            order=decision.order,
+            reason=decision.reason,
+            truncated=decision.truncated,
+            left_before=visit.remaining_before,
             full_tokens=full,
             compact_tokens=compact or None,
             sentence="",
         )
         sentence = reason_sentence(
-            row, max_chars=max_chars, after_required_only=only_required_before[i]
+            row, max_chars=max_chars, after_required_only=visit.only_required_before
         )
         rows.append(replace(row, sentence=sentence))
     return rows

@@ -7,12 +7,11 @@ and render the page, or only its region when htmx asks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
@@ -20,8 +19,10 @@ from django.views.decorators.vary import vary_on_headers
 from context import selectors
 from context.budget import estimate_tokens
 from context.services import BuildOutcome, context_build, included_pack_texts
-from context.strategy import strategy_parse
+from context.strategy import agent_max_tokens
 from dashboard.charts import FRAME, cluster_charts
+from dashboard.forms import DiffForm, WhatIfForm
+from dashboard.http import HtmxHttpRequest, render_page_or_region
 from dashboard.presentation import (
     bar_geometry,
     decision_rows,
@@ -32,7 +33,6 @@ from dashboard.presentation import (
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ServiceError
 
-MAX_TOKENS_CEILING = 10_000_000
 AS_OF_CHOICES = 200
 RECENT_BUILDS = 30
 METRICS_BUILDS = 500
@@ -52,49 +52,8 @@ def _agent_or_404(cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
     raise Http404(f"cluster {cluster.id!r} has no agent {agent_id!r}")
 
 
-def _positive_int(
-    query: QueryDict, name: str, label: str, errors: dict[str, str], *, ceiling: int | None = None
-) -> int | None:
-    """Read an optional positive integer; a bad value becomes an inline error, never a 500."""
-    raw = query.get(name, "").strip().replace(",", "").replace("_", "")
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        errors[name] = f"{label} must be a whole number, not “{raw[:40]}”."
-        return None
-    if value < 1:
-        errors[name] = f"{label} must be at least 1 (got {value:,})."
-        return None
-    if ceiling is not None and value > ceiling:
-        errors[name] = f"{label} can be at most {ceiling:,} (got {value:,})."
-        return None
-    return value
-
-
-def _default_budget(agent: Mapping[str, Any]) -> int | None:
-    """The agent's own maxTokens (what the page returns to when the what-if is cleared)."""
-    raw = agent.get("contextStrategy")
-    if raw is not None and not isinstance(raw, Mapping):
-        return None
-    try:
-        return strategy_parse(raw, agent_id=str(agent.get("id"))).max_tokens
-    except ServiceError:
-        return None
-
-
-def _partial(request: HttpRequest, template: str, region: str) -> str:
-    htmx = getattr(request, "htmx", None)
-    # A history restore asks for the whole page: htmx swaps it into <body>.
-    if htmx and not htmx.history_restore_request:
-        return f"{template}#{region}"
-    return template
-
-
 def _explain(outcome: BuildOutcome) -> dict[str, Any]:
     """The inspector's view of one build: decision rows, the bar, the prompt block by block."""
-    budget = outcome.metrics["budget"]
     sizes = {
         pack.id: (
             estimate_tokens(pack.full),
@@ -102,18 +61,20 @@ def _explain(outcome: BuildOutcome) -> dict[str, Any]:
         )
         for pack in outcome.packs
     }
+    # The engine's own walk explains a build just made (no replay).
     rows = decision_rows(
-        outcome.metrics["packs"],
-        max_tokens=budget["maxTokens"],
+        outcome.result.decisions,
+        max_tokens=outcome.max_tokens,
         sizes=sizes,
         max_chars=settings.CONTEXT_MAX_CHARS,
+        visits=outcome.result.visits,
     )
     by_id = {row.id: row for row in rows}
     return {
         "rows": rows,
-        "bar": bar_geometry(rows, max_tokens=budget["maxTokens"]),
+        "bar": bar_geometry(rows, max_tokens=outcome.max_tokens),
         "blocks": [(by_id[pack_id], text) for pack_id, text in included_pack_texts(outcome.result)],
-        "budget": budget,
+        "budget": outcome.metrics["budget"],
         "total": outcome.metrics["total"],
         "truncation": outcome.metrics["truncation"]["maxContextChars"],
         "trigger": outcome.trigger,
@@ -124,15 +85,12 @@ def _explain(outcome: BuildOutcome) -> dict[str, Any]:
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
-def inspector_page(request: HttpRequest, cluster_id: str, agent_id: str) -> HttpResponse:
+def inspector_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) -> HttpResponse:
     """A preview build of one agent: the bar, the decisions, the prompt; the what-if in the URL."""
     cluster = _cluster_or_404(cluster_id)
     agent = _agent_or_404(cluster, agent_id)
-    errors: dict[str, str] = {}
-    max_tokens = _positive_int(
-        request.GET, "max_tokens", "Max tokens", errors, ceiling=MAX_TOKENS_CEILING
-    )
-    as_of = _positive_int(request.GET, "as_of", "The as-of point", errors)
+    values, errors = WhatIfForm(request.GET).values()
+    max_tokens, as_of = values["max_tokens"], values["as_of"]
     if as_of is not None and as_of > cluster.last_sequence:
         errors["as_of"] = (
             f"This cluster has no message #{as_of:,}: its sequences run from 1 to "
@@ -153,7 +111,7 @@ def inspector_page(request: HttpRequest, cluster_id: str, agent_id: str) -> Http
         build_error = exc.message
     else:
         explained = _explain(outcome)
-    default_budget = _default_budget(agent)
+    default_budget = agent_max_tokens(agent)
     shown_budget = max_tokens or default_budget or 0
     context: dict[str, Any] = {
         "cluster": cluster,
@@ -170,16 +128,21 @@ def inspector_page(request: HttpRequest, cluster_id: str, agent_id: str) -> Http
         "slider_max": max(2 * (default_budget or 0), shown_budget, 1000),
         "what_if": max_tokens is not None or as_of is not None,
     }
-    template = _partial(request, "dashboard/inspector.html", "inspector-region")
-    if "#" not in template:
+    return render_page_or_region(
+        request,
+        "dashboard/inspector.html",
+        region="inspector-region",
+        context=context,
         # The side panel is outside the region: an htmx re-render does not need it.
-        context["messages"] = ledger.message_query(
-            cluster_id=cluster.id, order="desc", limit=AS_OF_CHOICES
-        )
-        context["builds"] = selectors.build_list(
-            cluster_id=cluster.id, agent_id=agent_id, limit=RECENT_BUILDS
-        )
-    return render(request, template, context)
+        page_context=lambda: {
+            "messages": ledger.message_query(
+                cluster_id=cluster.id, order="desc", limit=AS_OF_CHOICES
+            ),
+            "builds": selectors.build_list(
+                cluster_id=cluster.id, agent_id=agent_id, limit=RECENT_BUILDS
+            ),
+        },
+    )
 
 
 def _build_or_error(
@@ -195,14 +158,10 @@ def _build_or_error(
 
 
 def _recorded_view(build: selectors.BuildRecord) -> dict[str, Any]:
-    budget = build.metrics.get("budget") or {}
-    rows = decision_rows(
-        build.metrics.get("packs") or [],
-        max_tokens=budget.get("maxTokens", build.max_tokens),
-    )
+    rows = decision_rows(build.decisions, max_tokens=build.max_tokens)
     return {
         "build": build,
-        "bar": bar_geometry(rows, max_tokens=budget.get("maxTokens", build.max_tokens)),
+        "bar": bar_geometry(rows, max_tokens=build.max_tokens),
         "when": time_text(build.started_at),
     }
 
@@ -210,17 +169,13 @@ def _recorded_view(build: selectors.BuildRecord) -> dict[str, Any]:
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
-def build_diff_page(request: HttpRequest, cluster_id: str, agent_id: str) -> HttpResponse:
+def build_diff_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) -> HttpResponse:
     """Two recorded builds of one agent side by side: packs added / dropped / changed, then text."""
     cluster = _cluster_or_404(cluster_id)
     agent = _agent_or_404(cluster, agent_id)
-    errors: dict[str, str] = {}
-    a = _build_or_error(
-        cluster.id, agent_id, _positive_int(request.GET, "a", "Build A", errors), "a", errors
-    )
-    b = _build_or_error(
-        cluster.id, agent_id, _positive_int(request.GET, "b", "Build B", errors), "b", errors
-    )
+    values, errors = DiffForm(request.GET).values()
+    a = _build_or_error(cluster.id, agent_id, values["a"], "a", errors)
+    b = _build_or_error(cluster.id, agent_id, values["b"], "b", errors)
     context: dict[str, Any] = {
         "cluster": cluster,
         "agent": agent,
@@ -249,17 +204,22 @@ def build_diff_page(request: HttpRequest, cluster_id: str, agent_id: str) -> Htt
             a_name=f"build {a.id} (iteration {a.iteration})",
             b_name=f"build {b.id} (iteration {b.iteration})",
         )
-    template = _partial(request, "dashboard/build_diff.html", "diff-region")
-    if "#" not in template:
-        context["builds"] = selectors.build_list(
-            cluster_id=cluster.id, agent_id=agent_id, limit=RECENT_BUILDS
-        )
-    return render(request, template, context)
+    return render_page_or_region(
+        request,
+        "dashboard/build_diff.html",
+        region="diff-region",
+        context=context,
+        page_context=lambda: {
+            "builds": selectors.build_list(
+                cluster_id=cluster.id, agent_id=agent_id, limit=RECENT_BUILDS
+            )
+        },
+    )
 
 
 @require_GET
 @login_required
-def metrics_page(request: HttpRequest, cluster_id: str) -> HttpResponse:
+def metrics_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
     """Small multiples per agent over the cluster's newest recorded builds."""
     cluster = _cluster_or_404(cluster_id)
     builds = selectors.build_list(cluster_id=cluster.id, limit=METRICS_BUILDS)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
-from ledger.errors import InvalidInput, TooLarge
+from ledger.errors import InvalidInput, ServiceError, TooLarge
 from ledger.records import JSON, TOPIC_PATTERN
 
 TOPIC_RE = re.compile(TOPIC_PATTERN)
@@ -53,75 +53,51 @@ def _json_size(value: JSON) -> int:
 
 def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> None:
     """Check a draft against SPEC §1.1; raise ``InvalidInput`` or ``TooLarge`` naming the field."""
+    for field_name, problem, error in _problems(draft):
+        where: dict[str, Any] = {"field": field_name}
+        name = field_name
+        if index is not None:
+            where = {"index": index, "field": field_name}
+            name = f"messages[{index}].{field_name}"
+        raise error(f"{name} {problem}", details=where)
 
-    def where(field_name: str) -> dict[str, Any]:
-        return {"field": field_name} if index is None else {"index": index, "field": field_name}
 
-    def prefix(field_name: str) -> str:
-        return field_name if index is None else f"messages[{index}].{field_name}"
-
+def _problems(draft: MessageDraft) -> Iterator[tuple[str, str, type[ServiceError]]]:
+    """Each field that breaks SPEC §1.1: its name, what is wrong, and the error to raise."""
     if not isinstance(draft.topic, str) or not TOPIC_RE.match(draft.topic):
-        raise InvalidInput(
-            f"{prefix('topic')} must match ^[A-Z][A-Z0-9_]{{0,63}}$ (e.g. PLAN_READY), "
-            f"got {draft.topic!r}",
-            details=where("topic"),
+        yield (
+            "topic",
+            f"must match ^[A-Z][A-Z0-9_]{{0,63}}$ (e.g. PLAN_READY), got {draft.topic!r}",
+            InvalidInput,
         )
-    if not isinstance(draft.sender, str) or not 1 <= len(draft.sender) <= 128:
-        raise InvalidInput(f"{prefix('sender')} must be 1-128 characters", details=where("sender"))
-    if not isinstance(draft.receiver, str) or not 1 <= len(draft.receiver) <= 128:
-        raise InvalidInput(
-            f"{prefix('receiver')} must be 1-128 characters", details=where("receiver")
-        )
+    for name, value in (("sender", draft.sender), ("receiver", draft.receiver)):
+        if not isinstance(value, str) or not 1 <= len(value) <= 128:
+            yield name, "must be 1-128 characters", InvalidInput
     if draft.id is not None and not MESSAGE_ID_RE.match(draft.id):
-        raise InvalidInput(
-            f"{prefix('id')} must be 1-128 letters, digits or _.:- characters",
-            details=where("id"),
-        )
-    if draft.idempotency_key is not None and not 1 <= len(draft.idempotency_key) <= 200:
-        raise InvalidInput(
-            f"{prefix('idempotency_key')} must be 1-200 characters",
-            details=where("idempotency_key"),
-        )
-    if draft.timestamp is not None and (
-        isinstance(draft.timestamp, bool)
-        or not isinstance(draft.timestamp, int)
-        or draft.timestamp < 0
-    ):
-        raise InvalidInput(
-            f"{prefix('timestamp')} must be a non-negative integer of milliseconds",
-            details=where("timestamp"),
-        )
+        yield "id", "must be 1-128 letters, digits or _.:- characters", InvalidInput
+    key = draft.idempotency_key
+    if key is not None and not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
+        yield "idempotency_key", f"must be 1-{IDEMPOTENCY_KEY_MAX} characters", InvalidInput
+    stamp = draft.timestamp
+    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int) or stamp < 0):
+        yield "timestamp", "must be a non-negative integer of milliseconds", InvalidInput
+    yield from _content_problems(draft)
+
+
+def _content_problems(draft: MessageDraft) -> Iterator[tuple[str, str, type[ServiceError]]]:
     unknown = set(draft.content) - {"text", "data"}
     if unknown:
-        raise InvalidInput(
-            f"{prefix('content')} may only hold text and data, not {sorted(unknown)}",
-            details=where("content"),
-        )
+        yield "content", f"may only hold text and data, not {sorted(unknown)}", InvalidInput
     text = draft.content.get("text")
     if text is not None and not isinstance(text, str):
-        raise InvalidInput(
-            f"{prefix('content.text')} must be a string", details=where("content.text")
-        )
-    if isinstance(text, str) and len(text.encode()) > settings.LEDGER_MAX_TEXT_BYTES:
-        raise TooLarge(
-            f"{prefix('content.text')} is larger than {settings.LEDGER_MAX_TEXT_BYTES} bytes",
-            details=where("content.text"),
-        )
-    if (
-        "data" in draft.content
-        and _json_size(draft.content["data"]) > settings.LEDGER_MAX_JSON_BYTES
-    ):
-        raise TooLarge(
-            f"{prefix('content.data')} is larger than {settings.LEDGER_MAX_JSON_BYTES} bytes "
-            "serialised",
-            details=where("content.data"),
-        )
-    if _json_size(draft.metadata) > settings.LEDGER_MAX_JSON_BYTES:
-        raise TooLarge(
-            f"{prefix('metadata')} is larger than {settings.LEDGER_MAX_JSON_BYTES} bytes "
-            "serialised",
-            details=where("metadata"),
-        )
+        yield "content.text", "must be a string", InvalidInput
+    text_limit, json_limit = settings.LEDGER_MAX_TEXT_BYTES, settings.LEDGER_MAX_JSON_BYTES
+    if isinstance(text, str) and len(text.encode()) > text_limit:
+        yield "content.text", f"is larger than {text_limit} bytes", TooLarge
+    if "data" in draft.content and _json_size(draft.content["data"]) > json_limit:
+        yield "content.data", f"is larger than {json_limit} bytes serialised", TooLarge
+    if _json_size(draft.metadata) > json_limit:
+        yield "metadata", f"is larger than {json_limit} bytes serialised", TooLarge
 
 
 def drafts_check(drafts: Sequence[MessageDraft], *, single: bool = False) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from context.budget import Pack, budget_select, estimate_tokens
+from context.budget import Pack, PackDecision, budget_select, estimate_tokens
 from context.metrics import build_metrics
 from context.selectors import BuildRecord
 from dashboard.charts import BASELINE, agent_charts, build_point, cluster_charts
@@ -23,6 +23,10 @@ from dashboard.presentation import (
 def decisions_of(packs: list[Pack], max_tokens: int | None, max_chars: int = 500_000) -> Any:
     result = budget_select(packs, max_tokens=max_tokens, max_chars=max_chars)
     return [d.to_dict() for d in result.decisions], result
+
+
+def typed(decisions: list[dict[str, Any]]) -> list[PackDecision]:
+    return [PackDecision.from_dict(d) for d in decisions]
 
 
 def sizes_of(packs: list[Pack]) -> dict[str, tuple[int, int | None]]:
@@ -57,7 +61,7 @@ PACKS = [
 
 def rows_for(packs: list[Pack], max_tokens: int | None, **kwargs: Any) -> list[Any]:
     decisions, _ = decisions_of(packs, max_tokens)
-    return decision_rows(decisions, max_tokens=max_tokens, sizes=sizes_of(packs), **kwargs)
+    return decision_rows(typed(decisions), max_tokens=max_tokens, sizes=sizes_of(packs), **kwargs)
 
 
 def test_bar_segments_and_remainder_sum_to_the_whole_width() -> None:
@@ -102,7 +106,7 @@ def test_the_bar_shows_compact_and_truncated_looks() -> None:
     }
     big = [req("header", 100, 0), req("triggeringMessage", 20, 1)]
     decisions, _ = decisions_of(big, None, max_chars=300)
-    rows = decision_rows(decisions, max_tokens=None, max_chars=300)
+    rows = decision_rows(typed(decisions), max_tokens=None, max_chars=300)
     looks = {s.id: s.look for s in bar_geometry(rows, max_tokens=None).segments}
     assert looks["header"] == "truncated"
 
@@ -136,18 +140,18 @@ def test_reasons_for_empty_sources_and_the_char_guard() -> None:
         src("source:L:1", "low", 50, 2),
     ]
     decisions, _ = decisions_of(packs, None, max_chars=300)
-    rows = {r.id: r for r in decision_rows(decisions, max_tokens=None, max_chars=300)}
+    rows = {r.id: r for r in decision_rows(typed(decisions), max_tokens=None, max_chars=300)}
 
     assert rows["source:E:0"].sentence == "skipped — no messages matched this source"
     assert rows["source:L:1"].sentence.startswith("skipped — dropped by the 300-char guard")
     assert rows["header"].sentence == "truncated — cut by the 300-char guard to 300 chars"
-    recorded = decision_rows(decisions, max_tokens=None)
+    recorded = decision_rows(typed(decisions), max_tokens=None)
     assert "the max-chars guard" in recorded[0].sentence
 
 
 def test_rows_without_sizes_still_explain_the_budget() -> None:
     decisions, _ = decisions_of(PACKS, 1000)
-    rows = {r.id: r.sentence for r in decision_rows(decisions, max_tokens=1000)}
+    rows = {r.id: r.sentence for r in decision_rows(typed(decisions), max_tokens=1000)}
     assert rows["source:B:1"] == (
         "skipped — did not fit in the 580 tokens left after higher-ranked packs"
     )

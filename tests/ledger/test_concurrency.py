@@ -68,3 +68,69 @@ def test_concurrent_publishers_get_gapless_unique_sequences(cluster: str) -> Non
         )
         assert [c["text"] for c in texts] == [str(i) for i in range(PER_THREAD)]
     assert delivered == list(range(1, THREADS * PER_THREAD + 1))
+
+
+def test_builds_publishing_their_metrics_keep_deliveries_in_commit_order(db: None) -> None:
+    # given a cluster whose agent builds record a CONTEXT_METRICS message in the ledger
+    from django.test import override_settings
+
+    from context.services import context_build
+    from ledger.services import cluster_create
+
+    agent = {
+        "id": "worker",
+        "role": "implementation",
+        "prompt": "Work.",
+        "triggers": [{"topic": "GO"}],
+        "contextStrategy": {"sources": [{"topic": "GO", "amount": 2}]},
+    }
+    cluster = cluster_create(cluster_id="metrics-order", config={"agents": [agent]}).id
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="GO", sender="system"))
+    delivered: list[int] = []
+    lock = threading.Lock()
+
+    def record(message) -> None:  # type: ignore[no-untyped-def]
+        if message.cluster_id == cluster:
+            with lock:
+                delivered.append(message.sequence)
+
+    bus.subscribe(record)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def publisher() -> None:
+        try:
+            start.wait()
+            for i in range(60):
+                message_publish(
+                    cluster_id=cluster,
+                    draft=MessageDraft(topic="GO", sender="system", content={"text": str(i)}),
+                )
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    def builder() -> None:
+        try:
+            start.wait()
+            for _ in range(30):
+                context_build(cluster_id=cluster, agent_id="worker")
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    # when publishers and recorded builds (which publish inside their own write) run together
+    with override_settings(CONTEXT_METRICS_LEDGER=True):
+        threads = [threading.Thread(target=t) for t in (publisher, publisher, builder, builder)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    # then the bus saw every message once, in commit (sequence) order
+    assert errors == []
+    total = Message.objects.filter(cluster_id=cluster).count()
+    assert total == 1 + 2 * 60 + 2 * 30
+    assert delivered == list(range(2, total + 1))

@@ -1,0 +1,112 @@
+"""The query strings of the dashboard's pages, read through Django forms.
+
+A bad value never breaks a page: the field's error is shown on the page and the value is left
+out, while the other fields still apply (``FilterForm.values``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from ledger.interfaces import ClusterState, MessageFilter
+
+MAX_TOKENS_CEILING = 10_000_000
+
+
+class WholeNumberField(forms.Field):
+    """A positive whole number; ``1,000`` and ``1_000`` are read as 1000."""
+
+    def __init__(self, *, label: str, ceiling: int | None = None, **kwargs: Any) -> None:
+        super().__init__(required=False, label=label, **kwargs)
+        self.ceiling = ceiling
+
+    def to_python(self, value: Any) -> int | None:
+        raw = str(value or "").strip().replace(",", "").replace("_", "")
+        if not raw:
+            return None
+        try:
+            number = int(raw)
+        except ValueError:
+            raise ValidationError(
+                f"{self.label} must be a whole number, not “{raw[:40]}”."
+            ) from None
+        if number < 1:
+            raise ValidationError(f"{self.label} must be at least 1 (got {number:,}).")
+        if self.ceiling is not None and number > self.ceiling:
+            raise ValidationError(f"{self.label} can be at most {self.ceiling:,} (got {number:,}).")
+        return number
+
+
+class MillisecondsField(forms.Field):
+    """A moment: epoch milliseconds, or an ISO 8601 date-time (UTC unless it says)."""
+
+    def __init__(self, *, name: str) -> None:
+        super().__init__(required=False, label=name)
+
+    def to_python(self, value: Any) -> int | None:
+        raw = str(value or "").strip()
+        if not raw:
+            return None
+        if raw.isdigit():
+            return int(raw)
+        try:
+            moment = datetime.fromisoformat(raw)
+        except ValueError:
+            raise ValidationError(
+                f"“{self.label}” is not a date and time; it was ignored."
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+
+
+class FilterForm(forms.Form):
+    """A form over a query string whose bad fields are reported and left out."""
+
+    def values(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The clean values of the fields that passed, and one message per field that did not."""
+        self.is_valid()
+        errors = {name: " ".join(str(e) for e in errs) for name, errs in self.errors.items()}
+        values = {name: self.cleaned_data.get(name) for name in self.fields}
+        return values, errors
+
+
+class ClusterListForm(FilterForm):
+    q = forms.CharField(required=False, max_length=128)
+    state = forms.ChoiceField(required=False, choices=[("", "any"), *ClusterState.choices])
+
+
+class TimelineForm(FilterForm):
+    """The cluster page's filters and its paging cursors (sequences)."""
+
+    topic = forms.CharField(required=False, max_length=64)
+    sender = forms.CharField(required=False, max_length=128)
+    since = MillisecondsField(name="since")
+    until = MillisecondsField(name="until")
+    before = WholeNumberField(label="The before cursor")
+    after = WholeNumberField(label="The after cursor")
+
+    @staticmethod
+    def message_filter(values: dict[str, Any]) -> MessageFilter:
+        return MessageFilter(
+            topic=values["topic"] or None,
+            sender=values["sender"] or None,
+            since=values["since"],
+            until=values["until"],
+        )
+
+
+class WhatIfForm(FilterForm):
+    """The inspector's what-if: another budget, another point in time."""
+
+    max_tokens = WholeNumberField(label="Max tokens", ceiling=MAX_TOKENS_CEILING)
+    as_of = WholeNumberField(label="The as-of point")
+
+
+class DiffForm(FilterForm):
+    a = WholeNumberField(label="Build A")
+    b = WholeNumberField(label="Build B")
