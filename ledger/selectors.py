@@ -133,12 +133,17 @@ def message_query(
 
 def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
     """One message by its id, or ``NotFound``."""
-    message = Message.objects.filter(cluster_id=cluster_id, message_id=message_id).first()
+    return _one(
+        cluster_id=cluster_id,
+        lookup={"message_id": message_id},
+        missing=f"message {message_id!r} does not exist in cluster {cluster_id!r}",
+    )
+
+
+def _one(*, cluster_id: str, lookup: dict[str, object], missing: str) -> MessageRecord:
+    message = Message.objects.filter(cluster_id=cluster_id, **lookup).first()
     if message is None:
-        raise NotFound(
-            f"message {message_id!r} does not exist in cluster {cluster_id!r}",
-            details={"message_id": message_id},
-        )
+        raise NotFound(missing, details=lookup)
     return message_record(message, cluster_id=cluster_id)
 
 
@@ -191,13 +196,11 @@ def message_latest(
 
 def message_at_sequence(*, cluster_id: str, sequence: int) -> MessageRecord:
     """The message with a given sequence, or ``NotFound``."""
-    message = Message.objects.filter(cluster_id=cluster_id, sequence=sequence).first()
-    if message is None:
-        raise NotFound(
-            f"cluster {cluster_id!r} has no message with sequence {sequence}",
-            details={"sequence": sequence},
-        )
-    return message_record(message, cluster_id=cluster_id)
+    return _one(
+        cluster_id=cluster_id,
+        lookup={"sequence": sequence},
+        missing=f"cluster {cluster_id!r} has no message with sequence {sequence}",
+    )
 
 
 def lifecycle_event_latest(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ledger.records import MessageRecord
-from ledger.services.writer import ImportedMessage, cluster_transaction, imported_record
+from ledger.services.writer import ImportedMessage, cluster_transaction
 
 
 def message_import_batch(
@@ -22,7 +22,9 @@ def message_import_batch(
     with cluster_transaction(cluster_id) as writer:
         after = writer.last_sequence
         fresh = writer.import_messages(messages, assume_absent=assume_absent, deliver=True)
-    return [imported_record(m, cluster_id, seq) for seq, m in enumerate(fresh, after + 1)]
+    return [
+        m.as_record(cluster_id=cluster_id, sequence=seq) for seq, m in enumerate(fresh, after + 1)
+    ]
 
 
 def message_import_backfill(

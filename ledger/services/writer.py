@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 from django.db import IntegrityError, connection, transaction
 
@@ -43,6 +44,13 @@ class ImportedMessage:
     receiver: str
     content: dict[str, JSON]
     metadata: JSON
+
+    def as_record(self, *, cluster_id: str, sequence: int) -> MessageRecord:
+        """The record of this message once stored at ``sequence`` in a cluster."""
+        fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
+        if not isinstance(self.content, dict):
+            fields["content"] = {}
+        return MessageRecord(cluster_id=cluster_id, sequence=sequence, **fields)
 
 
 @contextmanager
@@ -139,7 +147,7 @@ class ClusterWriter:
         if deliver:
             bus.deliver_on_commit(
                 [
-                    imported_record(m, self.cluster_id, seq)
+                    m.as_record(cluster_id=self.cluster_id, sequence=seq)
                     for seq, m in enumerate(fresh, after + 1)
                 ],
                 imported=True,
@@ -294,20 +302,6 @@ class _IdempotencyPlan:
             assert found is not None
             final.append(found)
         return final
-
-
-def imported_record(message: ImportedMessage, cluster_id: str, sequence: int) -> MessageRecord:
-    return MessageRecord(
-        id=message.id,
-        cluster_id=cluster_id,
-        sequence=sequence,
-        timestamp=message.timestamp,
-        topic=message.topic,
-        sender=message.sender,
-        receiver=message.receiver,
-        content=message.content if isinstance(message.content, dict) else {},
-        metadata=message.metadata,
-    )
 
 
 # The columns an import sets itself, in the order ``_insert_imported`` builds its rows.
