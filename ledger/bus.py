@@ -31,6 +31,7 @@ from ledger.records import MessageRecord
 logger = logging.getLogger(__name__)
 
 Subscriber = Callable[[MessageRecord], None]
+BatchSubscriber = Callable[[tuple[MessageRecord, ...]], None]
 GROUP_EVENT_TYPE = "ledger.message"
 _LOCK_STRIPES = 64
 
@@ -58,6 +59,7 @@ class MessageBus:
 
     def __init__(self) -> None:
         self._subscriptions: list[Subscription] = []
+        self._batch_subscribers: list[BatchSubscriber] = []
         self._ids = itertools.count(1)
         self._queue: deque[tuple[tuple[MessageRecord, ...], bool]] = deque()
         self._queue_lock = threading.Lock()
@@ -79,6 +81,12 @@ class MessageBus:
         )
         self._subscriptions = [*self._subscriptions, subscription]
         return subscription
+
+    def subscribe_batches(self, callback: BatchSubscriber) -> None:
+        """Call ``callback`` once per committed batch of published (not imported) messages,
+        after the message subscribers have seen it."""
+        if callback not in self._batch_subscribers:
+            self._batch_subscribers = [*self._batch_subscribers, callback]
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Stop a subscription; unknown handles are ignored."""
@@ -133,6 +141,12 @@ class MessageBus:
             for subscription in by_topic:
                 if subscription.topics is not None and message.topic in subscription.topics:
                     self._call(subscription, message)
+        if not imported:
+            for callback in self._batch_subscribers:
+                try:
+                    callback(batch)
+                except Exception:
+                    logger.exception("bus batch subscriber %r failed", callback)
         if self.push_enabled:
             self._push(batch)
 

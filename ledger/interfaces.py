@@ -14,6 +14,7 @@ from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceEr
 from ledger.filters import MessageFilter
 from ledger.keys import require_cluster, scoped_cluster
 from ledger.models import ClusterState
+from ledger.pipeline import Batch, Stage, Writes, pipeline
 from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
 from ledger.schemas import ClusterDetailOut, ClusterOut, MessageOut
 from ledger.selectors import (
@@ -36,6 +37,7 @@ from ledger.services import (
     cluster_create,
     cluster_state_set,
     cluster_transaction,
+    drafts_check,
     message_import_batch,
     message_publish,
     message_publish_batch,
@@ -44,6 +46,7 @@ from ledger.services import (
 
 __all__ = [
     "JSON",
+    "Batch",
     "ClusterDetailOut",
     "ClusterOut",
     "ClusterRecord",
@@ -59,8 +62,10 @@ __all__ = [
     "MessageRecord",
     "NotFound",
     "ServiceError",
+    "Stage",
     "Subscription",
     "TooLarge",
+    "Writes",
     "bus",
     "cluster_create",
     "cluster_exists",
@@ -69,6 +74,7 @@ __all__ = [
     "cluster_list",
     "cluster_state_set",
     "cluster_transaction",
+    "drafts_check",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",
@@ -81,6 +87,7 @@ __all__ = [
     "message_tail_topics",
     "message_timeline",
     "now_ms",
+    "pipeline",
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",

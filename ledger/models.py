@@ -30,6 +30,9 @@ class Cluster(models.Model):
     # message (0 before the first) and its timestamp, so that the next publish needs no scan.
     last_sequence = models.BigIntegerField(default=0)
     last_timestamp = models.BigIntegerField(default=0)
+    # The post-commit pipeline's cursor: every message up to it has been offered to its stages
+    # (ledger/pipeline.py). Lags ``last_sequence`` between a commit and the pipeline's run.
+    pipeline_sequence = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ("-created_at",)
@@ -62,6 +65,9 @@ class Message(models.Model):
     event = models.CharField(max_length=64, blank=True, default="", db_default="")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     body_hash = models.CharField(max_length=64, blank=True, default="")
+    # Stored by an import (a zeroshot ledger, an export, demo history): history, not an event,
+    # so the pipeline's stages never react to it (SPEC §7.1).
+    imported = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = (

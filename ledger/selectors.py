@@ -258,12 +258,17 @@ def message_timeline(
 
 
 def message_tail_topics(
-    *, cluster_id: str, topics: Sequence[str], after: int, limit: int = DEFAULT_PAGE
+    *,
+    cluster_id: str,
+    topics: Sequence[str],
+    after: int,
+    up_to_sequence: int | None = None,
+    limit: int = DEFAULT_PAGE,
 ) -> list[MessageRecord]:
     """Messages of some topics with a sequence above ``after``, in sequence order, LIMITed.
 
     Walks the ``(cluster, sequence)`` unique index from ``after``: the cost follows the messages
     since that point, which callers keep short by moving ``after`` forward.
     """
-    where = MessageFilter(topic=tuple(topics), after=after)
+    where = MessageFilter(topic=tuple(topics), after=after, up_to_sequence=up_to_sequence)
     return _in_sequence(cluster_id=cluster_id, where=where, limit=limit)

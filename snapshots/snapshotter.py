@@ -1,11 +1,12 @@
-"""The live state snapshot (SPEC §5): a STATE_SNAPSHOT after each committed trigger message.
+"""The live state snapshot (SPEC §5): a STATE_SNAPSHOT after committed trigger messages.
 
-The thin edge around the pure fold of ``snapshots.state``. Each refresh runs in one transaction
-under the cluster's row lock (the lock publishers take): it reads the newest snapshot, folds on
-top of it every trigger message it does not cover yet, in sequence order, and publishes the
-result unless the state is unchanged. Whoever runs last has seen every committed trigger, so
-concurrent publishers, in threads or in processes, end on the fold of all of them in sequence
-order (docs/decisions/0010-snapshotter-concurrency.md).
+A stage of the ledger's post-commit pipeline (``ledger/pipeline.py``), the first one: publishers
+never wait for it. For each batch of new messages that holds a trigger message, it reads the
+newest snapshot, folds on top of it every trigger message it does not cover yet, in sequence
+order, and writes the result, unless the state is unchanged, in the pipeline's own transaction.
+The pipeline runs a cluster's messages once and in sequence order, so concurrent publishers, in
+threads or in processes, end on the fold of all of them in sequence order; a burst of triggers
+that arrives in one batch gets one snapshot (docs/decisions/0010-snapshotter-concurrency.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ledger import interfaces as ledger
-from ledger.interfaces import MessageRecord, NotFound, Subscription
+from ledger.interfaces import (
+    Batch,
+    ClusterWriter,
+    MessageDraft,
+    MessageFilter,
+    MessageRecord,
+    NotFound,
+)
 from snapshots.state import (
     JSON,
     SNAPSHOT_SECTIONS,
@@ -32,84 +40,105 @@ logger = logging.getLogger(__name__)
 
 PAGE = 500
 _MEMO_LIMIT = 10_000
+# Runs before every other stage: agents are offered a message after the snapshotter saw it.
+STAGE_ORDER = 10
 
 
-def snapshot_latest(*, cluster_id: str) -> MessageRecord | None:
-    """The newest STATE_SNAPSHOT message of a cluster, or ``None``."""
-    return ledger.message_latest(cluster_id=cluster_id, topics=[SNAPSHOT_TOPIC])
+def snapshot_latest(*, cluster_id: str, up_to_sequence: int | None = None) -> MessageRecord | None:
+    """The newest STATE_SNAPSHOT message of a cluster (up to a sequence), or ``None``."""
+    return ledger.message_latest(
+        cluster_id=cluster_id,
+        topics=[SNAPSHOT_TOPIC],
+        where=MessageFilter(up_to_sequence=up_to_sequence),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _Folded:
-    """What a refresh proved: the newest snapshot already holds every trigger up to a message."""
+    """What a run proved: the newest snapshot already holds every trigger up to a message."""
 
     snapshot_id: str | None
     sequence: int
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class _SnapshotWrite:
+    """A new snapshot to append, and what it covers."""
+
+    stage: StateSnapshotter
+    cluster_id: str
+    draft: MessageDraft
+    covered: MessageRecord
+
+    def apply(self, writer: ClusterWriter) -> None:
+        [published] = writer.append([self.draft], now=ledger.now_ms(), single=True)
+        self.stage.remember(self.cluster_id, _Folded(published.id, *_at(self.covered)))
+
+
 class StateSnapshotter:
-    """Republishes a cluster's STATE_SNAPSHOT when one of its trigger messages is committed."""
+    """The pipeline stage that republishes a cluster's STATE_SNAPSHOT after trigger messages."""
+
+    name = "snapshot"
 
     def __init__(self) -> None:
-        self._subscription: Subscription | None = None
         self._lock = threading.Lock()
-        # Only a shortcut: without it a refresh folds from the snapshot's source message, which
+        # Only a shortcut: without it a run folds from the snapshot's source message, which
         # re-reads the triggers that changed nothing since then. Entries are checked against the
         # ledger before use, so a stale one (another process, a re-created cluster) is ignored.
         self._memo: dict[str, _Folded] = {}
 
     def connect(self) -> None:
-        """Subscribe to the trigger topics; imported history never triggers a snapshot."""
-        if self._subscription is None:
-            self._subscription = ledger.bus.subscribe(
-                self.on_message, topics=SNAPSHOT_TRIGGER_TOPICS, include_imported=False
-            )
+        """Join the ledger's pipeline."""
+        ledger.pipeline.register(self, order=STAGE_ORDER)
 
     def disconnect(self) -> None:
-        """Stop reacting to trigger messages."""
-        if self._subscription is not None:
-            ledger.bus.unsubscribe(self._subscription)
-            self._subscription = None
+        """Leave the pipeline: trigger messages no longer make snapshots."""
+        ledger.pipeline.unregister(self)
 
-    def on_message(self, message: MessageRecord) -> None:
-        """The bus callback: refresh the cluster of a committed trigger message."""
-        self.refresh(cluster_id=message.cluster_id)
+    def plan(self, batch: Batch) -> _SnapshotWrite | None:
+        """Fold the uncovered trigger messages up to the batch's end; a write if changed.
 
-    def refresh(self, *, cluster_id: str) -> MessageRecord | None:
-        """Fold the uncovered trigger messages; publish and return a new snapshot if changed."""
-        with ledger.cluster_transaction(cluster_id) as writer:
-            latest = snapshot_latest(cluster_id=cluster_id)
-            latest_id = latest.id if latest is not None else None
-            base = _state_of(latest)
-            after = self._recall(cluster_id=cluster_id, snapshot_id=latest_id)
-            if after is None:
-                after = _covered_sequence(cluster_id=cluster_id, snapshot=latest)
-            state: Mapping[str, JSON] | None = base
-            last: MessageRecord | None = None
-            while True:
-                page = ledger.message_tail_topics(
-                    cluster_id=cluster_id, topics=SNAPSHOT_TRIGGER_TOPICS, after=after, limit=PAGE
-                )
-                for message in page:
-                    state = snapshot_apply(state, message, cluster_id=cluster_id)
-                if page:
-                    last = page[-1]
-                    after = last.sequence
-                if len(page) < PAGE:
-                    break
-            published: MessageRecord | None = None
-            if state is not None and not _same_state(state, base):
-                draft = ledger.MessageDraft(
-                    topic=SNAPSHOT_TOPIC, sender=SNAPSHOT_SENDER, content=snapshot_content(state)
-                )
-                [published] = writer.append([draft], now=ledger.now_ms(), single=True)
-        if last is not None:
-            snapshot_id = published.id if published is not None else latest_id
-            self._remember(
-                cluster_id, _Folded(snapshot_id, sequence=last.sequence, message_id=last.id)
+        Imported triggers never start a snapshot (SPEC §5), but a live one folds every trigger
+        since the last snapshot, imported or not, as a snapshot made then would have.
+        """
+        if not any(m.topic in SNAPSHOT_TRIGGER_TOPICS for m in batch.live):
+            return None
+        cluster_id = batch.cluster.id
+        latest = snapshot_latest(cluster_id=cluster_id, up_to_sequence=batch.upto)
+        latest_id = latest.id if latest is not None else None
+        base = _state_of(latest)
+        after = self._recall(cluster_id=cluster_id, snapshot_id=latest_id)
+        if after is None:
+            after = _covered_sequence(cluster_id=cluster_id, snapshot=latest)
+        state: Mapping[str, JSON] | None = base
+        last: MessageRecord | None = None
+        while True:
+            page = ledger.message_tail_topics(
+                cluster_id=cluster_id,
+                topics=SNAPSHOT_TRIGGER_TOPICS,
+                after=after,
+                up_to_sequence=batch.upto,
+                limit=PAGE,
             )
-        return published
+            for message in page:
+                state = snapshot_apply(state, message, cluster_id=cluster_id)
+            if page:
+                last = page[-1]
+                after = last.sequence
+            if len(page) < PAGE:
+                break
+        if last is None:
+            return None
+        if state is None or _same_state(state, base):
+            self.remember(cluster_id, _Folded(latest_id, *_at(last)))
+            return None
+        draft = MessageDraft(
+            topic=SNAPSHOT_TOPIC, sender=SNAPSHOT_SENDER, content=snapshot_content(state)
+        )
+        # Checked now, so a snapshot over a limit is reported by the stage, not the transaction.
+        ledger.drafts_check([draft], single=True)
+        return _SnapshotWrite(stage=self, cluster_id=cluster_id, draft=draft, covered=last)
 
     def _recall(self, *, cluster_id: str, snapshot_id: str | None) -> int | None:
         with self._lock:
@@ -123,11 +152,15 @@ class StateSnapshotter:
             return None
         return folded.sequence if at.id == folded.message_id else None
 
-    def _remember(self, cluster_id: str, folded: _Folded) -> None:
+    def remember(self, cluster_id: str, folded: _Folded) -> None:
         with self._lock:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
             self._memo[cluster_id] = folded
+
+
+def _at(message: MessageRecord) -> tuple[int, str]:
+    return message.sequence, message.id
 
 
 def _state_of(snapshot: MessageRecord | None) -> dict[str, JSON] | None:

@@ -7,11 +7,19 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 
 from ledger.bus import bus
 from ledger.keys import api_key_create
 from ledger.services import cluster_create
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _pipeline_inline() -> Iterator[None]:
+    """The pipeline runs in the committing thread: a test sees its reactions when publish
+    returns. Tests of the pipeline's worker thread switch it back."""
+    with override_settings(PIPELINE_MODE="inline"):
+        yield
 
 
 @pytest.fixture

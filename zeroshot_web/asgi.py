@@ -14,7 +14,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from ledger.pipeline import pipeline  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
+
+if settings.PIPELINE_MODE == "thread":
+    # A server process runs the post-commit pipeline from the start: its sweep catches up on
+    # whatever commits no run has seen (a crash, another process).
+    pipeline.start()
 
 
 class BrowserOriginValidator(OriginValidator):  # type: ignore[misc]

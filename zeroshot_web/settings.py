@@ -170,5 +170,10 @@ CONTEXT_MAX_CHARS = int(os.environ.get("ZEROSHOT_CONTEXT_MAX_CHARS", 500_000))
 CONTEXT_METRICS_STDOUT = env_bool("ZEROSHOT_CONTEXT_METRICS")
 CONTEXT_METRICS_LEDGER = env_bool("ZEROSHOT_CONTEXT_METRICS_LEDGER")
 
+# The post-commit pipeline (ledger/pipeline.py): "thread" runs it in a worker thread of each
+# server process; "inline" in the committing thread (tests); "off" never in this process.
+PIPELINE_MODE = os.environ.get("ZEROSHOT_PIPELINE", "thread")
+PIPELINE_SWEEP_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_SWEEP_SECONDS", 2.0))
+
 # A request body may hold a full batch of maximal messages.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024

@@ -91,6 +91,22 @@ class ClusterWriter:
     def state(self) -> str:
         return self._cluster.state
 
+    @property
+    def pipeline_sequence(self) -> int:
+        """The post-commit pipeline's cursor (``ledger/pipeline.py``)."""
+        return self._cluster.pipeline_sequence
+
+    def pipeline_advance(self, to: int) -> None:
+        """Move the pipeline's cursor forward to ``to`` (never past the newest message)."""
+        if not self._cluster.pipeline_sequence <= to <= self._cluster.last_sequence:
+            raise ValueError(
+                f"pipeline cursor of {self.cluster_id} cannot move from "
+                f"{self._cluster.pipeline_sequence} to {to} (last {self._cluster.last_sequence})"
+            )
+        if to != self._cluster.pipeline_sequence:
+            self._cluster.pipeline_sequence = to
+            self._changed.add("pipeline_sequence")
+
     def append(
         self, drafts: Sequence[MessageDraft], *, now: int, single: bool = False
     ) -> list[MessageRecord]:
@@ -132,6 +148,7 @@ class ClusterWriter:
         if not fresh:
             return fresh
         after = self._cluster.last_sequence
+        caught_up = self._cluster.pipeline_sequence == after
         try:
             _insert_imported(cluster_id=self.cluster_id, after_sequence=after, messages=fresh)
         except IntegrityError as error:
@@ -144,6 +161,9 @@ class ClusterWriter:
             self._cluster.last_timestamp, max(m.timestamp for m in fresh)
         )
         self._changed |= {"last_sequence", "last_timestamp"}
+        if caught_up:
+            # Nothing of it is for the pipeline (imports never trigger): skip the pipeline's read.
+            self.pipeline_advance(self._cluster.last_sequence)
         if deliver:
             bus.deliver_on_commit(
                 [
@@ -170,6 +190,22 @@ class ClusterWriter:
         if self._cluster.last_timestamp < to:
             self._cluster.last_timestamp = to
             self._changed.add("last_timestamp")
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Writes that commit or vanish together inside the transaction; the writer forgets
+        what a failed block changed on the cluster row."""
+        fields = ("last_sequence", "last_timestamp", "state", "pipeline_sequence")
+        before = {name: getattr(self._cluster, name) for name in fields}
+        changed = set(self._changed)
+        try:
+            with transaction.atomic():
+                yield
+        except BaseException:
+            for name, value in before.items():
+                setattr(self._cluster, name, value)
+            self._changed = changed
+            raise
 
     def flush(self) -> None:
         """Write what changed on the cluster row (one UPDATE, or none)."""
@@ -317,6 +353,7 @@ _IMPORT_COLUMNS = (
     "metadata",
     "replayable",
     "event",
+    "imported",
 )
 
 
@@ -356,6 +393,7 @@ def _insert_imported(
             None if m.metadata is None else adapt_json(m.metadata, None),
             replay_allowed(topic=m.topic, content=m.content, metadata=m.metadata),
             event_of(m.content),
+            True,
             *defaults,
         )
         for sequence, m in enumerate(messages, start=after_sequence + 1)

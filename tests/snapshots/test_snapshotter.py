@@ -21,7 +21,8 @@ from ledger.interfaces import (
     message_publish_batch,
     message_query,
 )
-from snapshots.snapshotter import snapshot_latest, snapshotter
+from ledger.pipeline import pipeline
+from snapshots.snapshotter import snapshot_latest
 from snapshots.state import SNAPSHOT_TRIGGER_TOPICS, snapshot_equal, snapshot_fold
 from tests.conftest import ApiClient
 
@@ -267,7 +268,7 @@ def test_a_failing_snapshotter_never_breaks_a_publish(
 ) -> None:
     # given a JSON limit that the trigger fits in but the snapshot it leads to does not
     settings.LEDGER_MAX_JSON_BYTES = 120
-    caplog.set_level(logging.ERROR, logger="ledger.bus")
+    caplog.set_level(logging.ERROR, logger="ledger.pipeline")
     # when the trigger is published
     message_publish(
         cluster_id=cluster,
@@ -279,7 +280,7 @@ def test_a_failing_snapshotter_never_breaks_a_publish(
     )
     # then the trigger is stored, the failure logged and no snapshot made
     assert [m.topic for m in message_query(cluster_id=cluster)] == ["PLAN_READY"]
-    assert any("bus subscriber" in r.getMessage() for r in caplog.records)
+    assert any("pipeline stage snapshot failed" in r.getMessage() for r in caplog.records)
     assert snapshots(cluster) == []
 
 
@@ -367,8 +368,8 @@ def test_refresh_without_new_triggers_publishes_nothing(cluster: str) -> None:
     # given a cluster whose snapshot is up to date
     publish(cluster, "ISSUE_OPENED", text="Task")
     before = snapshots(cluster)
-    # when a refresh runs again (another process, say)
-    result = snapshotter.refresh(cluster_id=cluster)
+    # when the pipeline runs again (another process, say)
+    moved = pipeline.run(cluster)
     # then nothing is published
-    assert result is None
+    assert moved == 0
     assert snapshots(cluster) == before

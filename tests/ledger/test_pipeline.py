@@ -1,0 +1,206 @@
+"""The post-commit pipeline: stages see every published message once, in sequence order."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from ledger.models import Cluster
+from ledger.pipeline import Batch, Pipeline, clusters_lagging, pipeline
+from ledger.records import MessageRecord
+from ledger.services import (
+    ClusterWriter,
+    ImportedMessage,
+    MessageDraft,
+    cluster_create,
+    cluster_transaction,
+    message_import_batch,
+    message_publish,
+    message_publish_batch,
+    now_ms,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@dataclass
+class Echo:
+    """Appends one reply per PING it is offered."""
+
+    stage: Recorder
+
+    def apply(self, writer: ClusterWriter) -> None:
+        writer.append(
+            [MessageDraft(topic="PONG", sender="echo") for _ in self.stage.pings],
+            now=now_ms(),
+        )
+
+
+@dataclass
+class Recorder:
+    """A stage that records what it is offered, and answers PING with PONG."""
+
+    name: str = "recorder"
+    seen: list[tuple[int, str]] = field(default_factory=list)
+    pings: list[int] = field(default_factory=list)
+
+    def plan(self, batch: Batch) -> Echo | None:
+        self.seen.extend((m.sequence, m.topic) for m in batch.live)
+        self.pings = [m.sequence for m in batch.live if m.topic == "PING"]
+        return Echo(self) if self.pings else None
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    stage = Recorder()
+    pipeline.register(stage, order=50)
+    yield stage
+    pipeline.unregister(stage)
+
+
+def cursor(cluster_id: str) -> int:
+    return Cluster.objects.get(pk=cluster_id).pipeline_sequence
+
+
+def publish(cluster_id: str, topic: str) -> MessageRecord:
+    return message_publish(cluster_id=cluster_id, draft=MessageDraft(topic=topic, sender="s"))
+
+
+def imported(n: int, topic: str = "PING") -> ImportedMessage:
+    return ImportedMessage(
+        id=f"old-{n}",
+        timestamp=1000 + n,
+        topic=topic,
+        sender="s",
+        receiver="broadcast",
+        content={},
+        metadata=None,
+    )
+
+
+def test_stages_see_each_published_message_once_in_order(cluster: str, recorder: Recorder) -> None:
+    # when messages are published one by one and in a batch
+    publish(cluster, "A")
+    message_publish_batch(
+        cluster_id=cluster, drafts=[MessageDraft(topic=t, sender="s") for t in ("B", "C")]
+    )
+    # then the stage saw each once, in sequence order, and the cursor is at the end
+    assert recorder.seen == [(1, "A"), (2, "B"), (3, "C")]
+    assert cursor(cluster) == 3
+
+
+def test_what_a_stage_writes_is_offered_in_its_turn(cluster: str, recorder: Recorder) -> None:
+    # when a PING is published
+    publish(cluster, "PING")
+    # then the stage's PONG was appended after it, and offered to the stages too
+    assert recorder.seen == [(1, "PING"), (2, "PONG")]
+    assert cursor(cluster) == 2
+
+
+def test_imported_messages_move_the_cursor_but_are_never_offered(
+    cluster: str, recorder: Recorder
+) -> None:
+    # when history is imported, then a message is published
+    message_import_batch(cluster_id=cluster, messages=[imported(1), imported(2)])
+    assert cursor(cluster) == 2  # caught up: the import moved it along
+    publish(cluster, "A")
+    # then only the published message was offered
+    assert recorder.seen == [(3, "A")]
+    assert cursor(cluster) == 3
+
+
+def test_a_lagging_cursor_is_caught_up_by_the_next_run(cluster: str, recorder: Recorder) -> None:
+    # given commits that no run saw (a server died right after them)
+    with override_settings(PIPELINE_MODE="off"):
+        publish(cluster, "PING")
+        publish(cluster, "B")
+    assert cursor(cluster) == 0
+    assert cluster in clusters_lagging()
+    # when the pipeline runs
+    moved = pipeline.run(cluster)
+    # then every message was offered once, the reply was written once, and nothing lags
+    assert moved == 3
+    assert recorder.seen == [(1, "PING"), (2, "B"), (3, "PONG")]
+    assert clusters_lagging() == []
+    assert pipeline.run(cluster) == 0
+
+
+def test_a_run_that_raced_another_writes_nothing(cluster: str) -> None:
+    # given a stage that answers PING, and another run that moves the cursor meanwhile
+    racer = Pipeline()
+
+    class Racing(Recorder):
+        def plan(self, batch: Batch) -> Echo | None:
+            planned = super().plan(batch)
+            with cluster_transaction(cluster) as writer:
+                writer.pipeline_advance(batch.upto)
+            return planned
+
+    racer.register(Racing(), order=1)
+    with override_settings(PIPELINE_MODE="off"):
+        publish(cluster, "PING")
+    # when the racing run tries to commit
+    moved = racer.run(cluster)
+    # then it wrote nothing: no PONG, the cursor where the other run left it
+    assert moved == 0
+    assert Cluster.objects.get(pk=cluster).last_sequence == 1
+    assert cursor(cluster) == 1
+
+
+def test_failing_writes_are_dropped_and_the_cursor_still_moves(
+    cluster: str, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given a second stage whose writes always fail
+    class Broken:
+        def apply(self, writer: ClusterWriter) -> None:
+            writer.append([MessageDraft(topic="X", sender="s")], now=now_ms())
+            raise RuntimeError("broken writes")
+
+    class BrokenStage:
+        name = "broken"
+
+        def plan(self, batch: Batch) -> Broken:
+            return Broken()
+
+    broken = BrokenStage()
+    pipeline.register(broken, order=60)
+    try:
+        publish(cluster, "PING")
+    finally:
+        pipeline.unregister(broken)
+    # then the other stage's PONG is in, the broken X is not, and nothing lags
+    topics = [t for _, t in recorder.seen]
+    assert topics == ["PING", "PONG"]
+    assert cursor(cluster) == Cluster.objects.get(pk=cluster).last_sequence == 2
+    assert "broken writes" in caplog.text
+
+
+def test_the_worker_thread_runs_woken_and_lagging_clusters(recorder: Recorder) -> None:
+    # given the pipeline in a worker thread, and a cluster whose commit no run saw
+    lagging = cluster_create(cluster_id="lagging").id
+    with override_settings(PIPELINE_MODE="off"):
+        publish(lagging, "PING")
+    woken = cluster_create(cluster_id="woken").id
+    with override_settings(PIPELINE_MODE="thread", PIPELINE_SWEEP_SECONDS=0.2):
+        try:
+            # when another cluster publishes
+            publisher = threading.Thread(
+                target=lambda: (publish(woken, "PING"), connection.close())
+            )
+            publisher.start()
+            publisher.join()
+            # then the worker answers both: the woken one, and the lagging one by its sweep
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (cursor(lagging) < 2 or cursor(woken) < 2):
+                time.sleep(0.05)
+        finally:
+            pipeline.stop()
+    assert cursor(lagging) == 2
+    assert cursor(woken) == 2
+    assert sorted(t for _, t in recorder.seen) == ["PING", "PING", "PONG", "PONG"]
