@@ -1,0 +1,239 @@
+"""Running one logic script in a sandbox process, within hard limits (SPEC §7.2).
+
+Why QuickJS and why a separate process: ``docs/decisions/0030-logic-script-engine.md``. In
+short: every evaluation gets a brand-new QuickJS runtime (a fraction of a millisecond), so no
+global a script sets can reach the next one. QuickJS stops JavaScript at its CPU-time limit and
+refuses allocations past its memory cap, but a few built-ins never check the time (a regular
+expression that backtracks catastrophically) and an exhausted heap can crash it. So the runtime
+lives in a small worker process (``sandbox_worker.py``), and the caller waits at most the limit
+plus ``WALL_GRACE_S`` of wall-clock time: a worker that has not answered by then is killed, one
+that died is replaced, and either way the caller gets an error value. The server, its threads and
+its shutdown never wait on a script.
+
+Workers are pooled: each evaluation borrows an idle one (or starts one, about 50 ms) and gives it
+back, so evaluations from several threads run in parallel, each in its own process. A worker
+keeps the last ledger view it received, so the several scripts evaluated against one view send
+it once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from runs.logic.records import JSON, LogicError
+from runs.logic.view import ViewPayload
+
+logger = logging.getLogger(__name__)
+
+TIME_LIMIT_S: Final = 1.0
+TRANSFORM_TIME_LIMIT_S: Final = 5.0
+# Room for a full view (VIEW_MAX_BYTES of text and its parsed messages) with space to spare.
+MEMORY_LIMIT_BYTES: Final = 256 * 1024 * 1024
+# QuickJS counts the worker's CPU time; on a busy machine the wall clock runs ahead of it, so the
+# caller waits this much longer before it kills the worker.
+WALL_GRACE_S: Final = 1.0
+# Idle workers kept for the next evaluations; more are started when more threads evaluate at once.
+POOL_IDLE_MAX: Final = 4
+
+Mode = Literal["trigger", "value"]
+
+_WORKER: Final = Path(__file__).resolve().parent / "sandbox_worker.py"
+_HEADER: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptJob:
+    """One evaluation: the script body, how to read its outcome, and what it sees."""
+
+    script: str
+    mode: Mode
+    strict: bool
+    scope_json: str
+    view: ViewPayload
+    time_limit: float = TIME_LIMIT_S
+
+
+def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
+    """Run ``job`` in a sandbox worker and return the prelude's report, or why it failed."""
+    for _ in range(2):
+        try:
+            worker = _POOL.acquire()
+            reply = worker.run(job)
+        except _WorkerGone:
+            # An idle worker that died between two jobs (killed from outside): try a new one.
+            worker.close()
+            continue
+        except OSError as exc:
+            return LogicError("crash", f"the sandbox process could not be started: {exc}")
+        if isinstance(reply, LogicError) or reply.get("recycle"):
+            worker.close()
+        else:
+            _POOL.release(worker)
+        return _outcome(reply, job.time_limit)
+    return LogicError("crash", "the sandbox process died before it could take the script")
+
+
+def _outcome(
+    reply: dict[str, JSON] | LogicError, time_limit: float
+) -> dict[str, JSON] | LogicError:
+    if isinstance(reply, LogicError):
+        return reply
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        return reply
+    if error["kind"] == "timeout":
+        return _timeout(time_limit)
+    if error["kind"] == "memory":
+        megabytes = MEMORY_LIMIT_BYTES // (1024 * 1024)
+        return LogicError("memory", f"the script ran past its {megabytes} MiB memory limit")
+    return LogicError("script", str(error["message"]))
+
+
+def _timeout(time_limit: float) -> LogicError:
+    return LogicError("timeout", f"the script ran past its {time_limit:g} s time limit")
+
+
+class _WorkerGone(Exception):
+    """The worker was dead before the request could be sent."""
+
+
+class _Worker:
+    """One sandbox process and the view it holds."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", str(_WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        self.view_key: int | None = None
+
+    def run(self, job: ScriptJob) -> dict[str, JSON] | LogicError:
+        parts = [job.script.encode("utf-8"), job.scope_json.encode("utf-8")]
+        send_view = job.view.key != self.view_key
+        if send_view:
+            parts += [job.view.index_json.encode("ascii"), job.view.blob.encode("ascii")]
+        header = {
+            "mode": job.mode,
+            "strict": job.strict,
+            "time_limit": job.time_limit,
+            "memory_limit": MEMORY_LIMIT_BYTES,
+            "view_key": job.view.key,
+            "sizes": [len(part) for part in parts],
+        }
+        encoded = json.dumps(header).encode("utf-8")
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(len(encoded).to_bytes(_HEADER, "big") + encoded)
+            for part in parts:
+                stdin.write(part)
+            stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise _WorkerGone from exc
+        self.view_key = job.view.key
+        deadline = time.monotonic() + job.time_limit + WALL_GRACE_S
+        reply = self._read_reply(deadline)
+        if reply is None:
+            return self._failure(job.time_limit)
+        answer: dict[str, JSON] = json.loads(reply)
+        return answer
+
+    def _read_reply(self, deadline: float) -> bytes | None:
+        head = self._read(_HEADER, deadline)
+        if head is None:
+            return None
+        return self._read(int.from_bytes(head, "big"), deadline)
+
+    def _read(self, size: int, deadline: float) -> bytes | None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        chunks: list[bytes] = []
+        remaining = size
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdout.fileno(), selectors.EVENT_READ)
+            while remaining:
+                if not selector.select(max(0.0, deadline - time.monotonic())):
+                    return None
+                chunk = os.read(stdout.fileno(), remaining)
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _failure(self, time_limit: float) -> LogicError:
+        if self.process.poll() is None:
+            # Still running past the wall deadline: a built-in that never checks the time.
+            self.close()
+            logger.warning(
+                "a logic script ignored its %g s limit; its worker was killed", time_limit
+            )
+            return _timeout(time_limit)
+        self.close()
+        code = self.process.returncode
+        died = f"exit status {code}"
+        if code < 0:
+            try:
+                died = signal.Signals(-code).name
+            except ValueError:
+                died = f"signal {-code}"
+        return LogicError(
+            "crash",
+            f"the sandbox process running the script died ({died}); scripts that exhaust their "
+            "memory can do this",
+        )
+
+    def close(self) -> None:
+        """End the process now; nothing it holds is worth waiting for."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+class _Pool:
+    """Idle workers, shared by every thread of the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+
+    def acquire(self) -> _Worker:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return _Worker()
+
+    def release(self, worker: _Worker) -> None:
+        with self._lock:
+            if len(self._idle) < POOL_IDLE_MAX:
+                self._idle.append(worker)
+                return
+        worker.close()
+
+    def close(self) -> None:
+        """End every idle worker (at exit; busy ones end when their caller is done)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+
+_POOL: Final = _Pool()
+atexit.register(_POOL.close)

@@ -1,0 +1,224 @@
+"""Hook configs without a database (SPEC §7.5): merging, placeholders, and the actions we refuse.
+
+``hooks.onComplete`` with ``action: "publish_message"`` publishes ``config`` after its ``logic``
+patch is deep-merged in (``deep_merge``) and its placeholders are replaced (``substitute``).
+``template_actions_check`` tells a template author, before anything runs, which hooks the server
+will never execute.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from runs.logic.records import JSON, LogicError
+
+# {{result…}}, {{cluster…}}, {{iteration…}} and {{error…}} belong to us; any other {{…}} is text.
+_PLACEHOLDER: Final = re.compile(r"\{\{(result|cluster|iteration|error)((?:\.[^{}.\s]+)*)\}\}")
+_MISSING: Final = object()
+
+
+def deep_merge(config: Mapping[str, JSON], patch: Mapping[str, JSON]) -> dict[str, JSON]:
+    """``config`` with ``patch`` over it: objects merge key by key, anything else replaces."""
+    merged = copy.deepcopy(dict(config))
+    for key, value in patch.items():
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class _Values:
+    result: Mapping[str, JSON] | None
+    output_text: str
+    cluster_id: str
+    cluster_created_at: int
+    iteration: int
+    error_message: str | None
+
+    def lookup(self, family: str, path: str) -> JSON:
+        """The value a placeholder names, or ``_MISSING`` when it names nothing we know."""
+        names = path.split(".")[1:] if path else []
+        if family == "iteration":
+            return self.iteration if not names else _MISSING
+        if family == "cluster":
+            known: dict[str, JSON] = {"id": self.cluster_id, "createdAt": self.cluster_created_at}
+            return known.get(names[0], _MISSING) if len(names) == 1 else _MISSING
+        if family == "error":
+            has_message = names == ["message"] and self.error_message is not None
+            return self.error_message if has_message else _MISSING
+        if names == ["output"]:
+            return self.output_text
+        if not names or self.result is None:
+            return _MISSING
+        return _field(self.result, names)
+
+
+def substitute(
+    config: Mapping[str, JSON],
+    *,
+    result: Mapping[str, JSON] | None,
+    output_text: str,
+    cluster_id: str,
+    cluster_created_at: int,
+    iteration: int,
+    error_message: str | None,
+) -> dict[str, JSON] | LogicError:
+    """Replace the placeholders of a hook ``config``, or say which ones cannot be resolved.
+
+    A string that is exactly one placeholder becomes its value with its JSON type; inside a
+    longer string a placeholder becomes the value's text (objects and arrays as JSON). A missing
+    result field is ``null``; a placeholder with no value at all (``{{cluster.name}}``, a result
+    field when the agent returned no JSON, ``{{error.message}}`` when there was no error) fails.
+    """
+    values = _Values(
+        result=result,
+        output_text=output_text,
+        cluster_id=cluster_id,
+        cluster_created_at=cluster_created_at,
+        iteration=iteration,
+        error_message=error_message,
+    )
+    unresolved: list[str] = []
+    replaced = _replace(dict(config), values, unresolved)
+    if unresolved:
+        names = ", ".join(dict.fromkeys(unresolved))
+        return LogicError("placeholder", f"the hook config has unresolved placeholders: {names}")
+    substituted: dict[str, JSON] = replaced
+    return substituted
+
+
+def _replace(value: JSON, values: _Values, unresolved: list[str]) -> JSON:
+    if isinstance(value, str):
+        return _replace_text(value, values, unresolved)
+    if isinstance(value, Mapping):
+        return {key: _replace(item, values, unresolved) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replace(item, values, unresolved) for item in value]
+    return value
+
+
+def _replace_text(text: str, values: _Values, unresolved: list[str]) -> JSON:
+    whole = _PLACEHOLDER.fullmatch(text)
+    if whole:
+        found = values.lookup(whole.group(1), whole.group(2))
+        if found is _MISSING:
+            unresolved.append(text)
+            return text
+        return copy.deepcopy(found)
+
+    def one(match: re.Match[str]) -> str:
+        found = values.lookup(match.group(1), match.group(2))
+        if found is _MISSING:
+            unresolved.append(match.group(0))
+            return match.group(0)
+        return _as_text(found)
+
+    # One pass: text that a value brings in is never read for placeholders itself.
+    return _PLACEHOLDER.sub(one, text)
+
+
+def _field(result: Mapping[str, JSON], names: list[str]) -> JSON:
+    current: JSON = result
+    for name in names:
+        if isinstance(current, Mapping):
+            current = current.get(name)
+        elif isinstance(current, list) and name.isdigit() and int(name) < len(current):
+            current = current[int(name)]
+        else:
+            return None
+    return current
+
+
+def _as_text(value: JSON) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- template actions ---------------------------------------------------------------------------
+
+_REFUSED: Final = {
+    "execute_system_command": "the server never runs shell commands from a template",
+    "verify_pull_request": (
+        "the server never runs shell commands from a template, so it cannot verify pull requests"
+    ),
+}
+_RUN_HOOK: Final = "onComplete"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionsCheck:
+    """Problems of a template's hooks: ``errors`` refuse the template, ``warnings`` advise.
+
+    Each problem is ``{"agent", "field", "message"}``, like the other template problems.
+    """
+
+    errors: tuple[dict[str, JSON], ...] = ()
+    warnings: tuple[dict[str, JSON], ...] = ()
+
+
+def template_actions_check(template_body: Mapping[str, JSON]) -> ActionsCheck:
+    """Refuse hook actions the server never executes; warn about hooks stored but never run."""
+    errors: list[dict[str, JSON]] = []
+    warnings: list[dict[str, JSON]] = []
+    agents = template_body.get("agents")
+    for position, agent in enumerate(agents if isinstance(agents, list) else []):
+        hooks = agent.get("hooks") if isinstance(agent, Mapping) else None
+        if not isinstance(hooks, Mapping):
+            continue
+        for name, hook in hooks.items():
+            if isinstance(hook, Mapping):
+                where = f"agents[{position}].hooks.{name}"
+                _check_hook(name, hook, _Reporter(agent.get("id"), where, errors, warnings))
+    return ActionsCheck(errors=tuple(errors), warnings=tuple(warnings))
+
+
+@dataclass(frozen=True, slots=True)
+class _Reporter:
+    agent: JSON
+    where: str
+    errors: list[dict[str, JSON]]
+    warnings: list[dict[str, JSON]]
+
+    def error(self, field: str, message: str) -> None:
+        self.errors.append({"agent": self.agent, "field": self.where + field, "message": message})
+
+    def warning(self, field: str, message: str) -> None:
+        self.warnings.append({"agent": self.agent, "field": self.where + field, "message": message})
+
+
+def _check_hook(name: str, hook: Mapping[str, JSON], report: _Reporter) -> None:
+    action = hook.get("action")
+    if action in _REFUSED:
+        report.error(".action", f"{action} is refused: {_REFUSED[action]}")
+    elif action != "publish_message":
+        shown = json.dumps(action) if action is not None else "missing"
+        report.error(".action", f"the action is {shown}; a hook can only publish_message")
+    if name != _RUN_HOOK:
+        report.warning("", f"{name} is stored but never run: the server runs onComplete only")
+    if _publishes_cluster_operations(hook):
+        report.warning(
+            "",
+            "publishes CLUSTER_OPERATIONS, which is stored and shown but never executed: "
+            "the server does not load configs or start sub-clusters",
+        )
+
+
+def _publishes_cluster_operations(hook: Mapping[str, JSON]) -> bool:
+    config = hook.get("config")
+    if isinstance(config, Mapping) and config.get("topic") == "CLUSTER_OPERATIONS":
+        return True
+    for key in ("transform", "logic"):
+        script = hook.get(key)
+        source = script.get("script") if isinstance(script, Mapping) else None
+        if isinstance(source, str) and "CLUSTER_OPERATIONS" in source:
+            return True
+    return False
