@@ -24,6 +24,9 @@ class ContextBuild(models.Model):
     # The included packs' final texts in prompt order, [[pack id, text], ...]: the prompt is their
     # concatenation, and two builds can be compared pack by pack.
     pack_texts = models.JSONField(default=list)
+    # What the model billed for the prompt, as the agent reported it when its task completed
+    # ({inputTokens, outputTokens, model?, costUsd?}): the estimate's reality check.
+    reported_usage = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = (

@@ -79,24 +79,34 @@ def render_header(agent_id: str, role: str, iteration: int, rules_text: str = DE
     return header
 
 
-def prompt_text(prompt: Any) -> str | None:
-    """Return the prompt of an agent config: a string, or an object's ``system`` string."""
+def prompt_text(prompt: Any, *, iteration: int = 1) -> str | None:
+    """Return the prompt of an agent config for one iteration.
+
+    A string; an object's ``system`` string; or zeroshot's ``{initial, subsequent}``: the
+    ``initial`` prompt on the first iteration, ``subsequent`` (else ``initial``) after it.
+    """
     if prompt is None or prompt == "":
         return None
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, Mapping) and isinstance(prompt.get("system"), str):
         return str(prompt["system"]) or None
+    if isinstance(prompt, Mapping) and isinstance(prompt.get("initial"), str):
+        later = prompt.get("subsequent")
+        if iteration > 1 and isinstance(later, str):
+            return later or None
+        return str(prompt["initial"]) or None
     raise InvalidInput(
-        "an agent prompt must be a string or an object with a string `system`",
+        "an agent prompt must be a string, an object with a string `system`, or an object "
+        "with string `initial` (and `subsequent`) prompts",
         details={"prompt": js_json(prompt)[:200]},
         code="invalid_prompt",
     )
 
 
-def render_instructions(prompt: Any) -> str:
+def render_instructions(prompt: Any, *, iteration: int = 1) -> str:
     """Render ``## Instructions`` with the agent's prompt; the empty string when it has none."""
-    text = prompt_text(prompt)
+    text = prompt_text(prompt, iteration=iteration)
     return f"## Instructions\n\n{text}\n\n" if text else ""
 
 
@@ -243,7 +253,7 @@ def build_packs(
             )
 
     add_fixed("header", render_header(agent_id, role, iteration, rules_text))
-    add_fixed("instructions", render_instructions(agent.get("prompt")))
+    add_fixed("instructions", render_instructions(agent.get("prompt"), iteration=iteration))
     schema = agent.get("jsonSchema")
     if isinstance(schema, Mapping):
         add_fixed("outputSchema", render_output_schema(schema))

@@ -29,6 +29,13 @@ class BuildRecord:
     final_tokens: int
     metrics: dict[str, Any]
     pack_texts: list[list[str]] | None = None
+    reported_usage: dict[str, Any] | None = None
+
+    @property
+    def reported_input_tokens(self) -> int | None:
+        """The input tokens the model billed for this prompt, when its task reported usage."""
+        value = (self.reported_usage or {}).get("inputTokens")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def decisions(self) -> list[PackDecision]:
@@ -61,6 +68,7 @@ def _record(build: ContextBuild, *, with_texts: bool) -> BuildRecord:
         final_tokens=build.final_tokens,
         metrics=build.metrics,
         pack_texts=build.pack_texts if with_texts else None,
+        reported_usage=build.reported_usage,
     )
 
 

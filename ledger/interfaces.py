@@ -29,6 +29,7 @@ from ledger.selectors import (
     message_select,
     message_tail_topics,
     message_timeline,
+    message_window,
 )
 from ledger.services import (
     ClusterWriter,
@@ -86,6 +87,7 @@ __all__ = [
     "message_select",
     "message_tail_topics",
     "message_timeline",
+    "message_window",
     "now_ms",
     "pipeline",
     "replay_allowed",

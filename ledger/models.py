@@ -20,8 +20,9 @@ class Cluster(models.Model):
 
     id = models.CharField(primary_key=True, max_length=128)
     created_at = models.BigIntegerField(help_text="Milliseconds since the Unix epoch.")
+    # A cluster runs its agents once started (SPEC §7.4); until then nothing triggers.
     state = models.CharField(
-        max_length=16, choices=ClusterState.choices, default=ClusterState.RUNNING
+        max_length=16, choices=ClusterState.choices, default=ClusterState.INITIALIZING
     )
     config = models.JSONField(default=dict, blank=True)
     template = models.CharField(max_length=128, blank=True, default="")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -68,3 +70,19 @@ def api(api_key: str) -> ApiClient:
 @pytest.fixture
 def cluster(db: None) -> str:
     return cluster_create(cluster_id="test-cluster").id
+
+
+def subprocess_database_url() -> str:
+    """The URL of the database pytest-django created, for a server or a script in a subprocess."""
+    db = connection.settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return "sqlite:///" + str(Path(db["NAME"]).resolve())
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        auth = quote(db.get("USER") or "")
+        if db.get("PASSWORD"):
+            auth += ":" + quote(db["PASSWORD"])
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or 5432
+        return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
+    raise pytest.UsageError(f"no subprocess can reach a {db['ENGINE']} database")
+

@@ -85,3 +85,4 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 api.add_router("/", "ledger.api.router")
 api.add_router("/", "snapshots.api.router")
 api.add_router("/", "context.api.router")
+api.add_router("/", "runs.api.router")

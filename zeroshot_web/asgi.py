@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -16,11 +17,6 @@ from django.conf import settings  # noqa: E402
 
 from ledger.pipeline import pipeline  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
-
-if settings.PIPELINE_MODE == "thread":
-    # A server process runs the post-commit pipeline from the start: its sweep catches up on
-    # whatever commits no run has seen (a crash, another process).
-    pipeline.start()
 
 
 class BrowserOriginValidator(OriginValidator):  # type: ignore[misc]
@@ -36,11 +32,32 @@ class BrowserOriginValidator(OriginValidator):  # type: ignore[misc]
         return bool(super().valid_origin(parsed_origin))
 
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": BrowserOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
-        ),
-    }
+class PipelineStarter:
+    """Starts the post-commit pipeline's worker with the first connection a server takes.
+
+    A served process runs the pipeline from then on: its sweep catches up on whatever commits no
+    run has seen (a crash, another process). Importing this module starts nothing.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.started = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self.started:
+            self.started = True
+            if settings.PIPELINE_MODE == "thread":
+                pipeline.start()
+        await self.app(scope, receive, send)
+
+
+application = PipelineStarter(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": BrowserOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
+            ),
+        }
+    )
 )

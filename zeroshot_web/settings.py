@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "ledger",
     "snapshots",
     "context",
+    "runs",
     "dashboard",
 ]
 
@@ -174,6 +175,9 @@ CONTEXT_METRICS_LEDGER = env_bool("ZEROSHOT_CONTEXT_METRICS_LEDGER")
 # server process; "inline" in the committing thread (tests); "off" never in this process.
 PIPELINE_MODE = os.environ.get("ZEROSHOT_PIPELINE", "thread")
 PIPELINE_SWEEP_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_SWEEP_SECONDS", 2.0))
+
+# Runs (SPEC §7.3): a retried task waits this long, doubled per attempt, before its next claim.
+RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.0))
 
 # A request body may hold a full batch of maximal messages.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from context.services.builds import (
     BuildOutcome,
+    RecordHook,
     agent_config_get,
     agent_config_resolve,
+    build_usage_record,
     context_build,
     included_pack_texts,
 )
 
 __all__ = [
     "BuildOutcome",
+    "RecordHook",
     "agent_config_get",
     "agent_config_resolve",
+    "build_usage_record",
     "context_build",
     "included_pack_texts",
 ]

@@ -8,7 +8,7 @@ pure core in this package.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,12 +30,21 @@ from context.selection import (
 from context.services.triggers import as_of_filter, trigger_choose
 from context.strategy import ContextStrategy, strategy_parse
 from ledger import interfaces as ledger
-from ledger.interfaces import ClusterRecord, InvalidInput, MessageFilter, MessageRecord, NotFound
+from ledger.interfaces import (
+    ClusterRecord,
+    ClusterWriter,
+    InvalidInput,
+    MessageFilter,
+    MessageRecord,
+    NotFound,
+)
 
 # ``ZEROSHOT_CONTEXT_METRICS=1`` routes this logger to stdout, one line per build (SPEC §6.2).
 metrics_logger = logging.getLogger("zeroshot.context_metrics")
 
 TASK_COMPLETED = "TASK_COMPLETED"
+# Writes that commit with a recorded build: the ledger's writer and the new build's id.
+RecordHook = Callable[[ClusterWriter, int], None]
 VALIDATOR_ROLE = "validator"
 
 
@@ -148,11 +157,13 @@ def context_build(
     as_of_sequence: int | None = None,
     as_of_timestamp: int | None = None,
     preview: bool = False,
+    record_with: RecordHook | None = None,
 ) -> BuildOutcome:
     """Assemble an agent's prompt from the ledger (SPEC §2-3); record it unless a preview.
 
     The parameters are the body of ``POST /clusters/{id}/context`` (SPEC §6.1). A build as of
-    a past point is always a preview: it replays what the agent saw then.
+    a past point is always a preview: it replays what the agent saw then. ``record_with`` adds
+    writes of the caller's to the transaction that records the build (a task's claim).
     """
     _check_numbers(max_tokens=max_tokens, iteration=iteration)
     cluster = ledger.cluster_get(cluster_id=cluster_id)
@@ -186,7 +197,7 @@ def context_build(
         metrics_logger.info(metrics_line(outcome.metrics))
     if plan.preview:
         return outcome
-    build = _record(plan, outcome)
+    build = _record(plan, outcome, record_with=record_with)
     return replace(outcome, recorded=True, build_id=build.pk, started_at=build.started_at)
 
 
@@ -311,7 +322,7 @@ def included_pack_texts(result: BudgetResult) -> list[list[str]]:
     return texts
 
 
-def _record(plan: _Plan, outcome: BuildOutcome) -> ContextBuild:
+def _record(plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | None) -> ContextBuild:
     """Store the build and move the cluster's clock past its start, in the ledger's write
     transaction; with metrics-to-ledger on, its CONTEXT_METRICS message commits with it."""
     with ledger.cluster_transaction(plan.cluster.id) as writer:
@@ -338,4 +349,14 @@ def _record(plan: _Plan, outcome: BuildOutcome) -> ContextBuild:
                 content={"data": outcome.metrics},
             )
             writer.append([draft], now=ledger.now_ms(), single=True)
+        if record_with is not None:
+            record_with(writer, build.pk)
     return build
+
+
+def build_usage_record(*, build_id: int, usage: Mapping[str, Any]) -> None:
+    """Keep what the model billed for a build's prompt next to the build's own estimate.
+
+    Called inside the transaction that completes the build's task.
+    """
+    ContextBuild.objects.filter(pk=build_id).update(reported_usage=dict(usage))

@@ -30,7 +30,7 @@ def cluster_create(
     config: Mapping[str, JSON] | None = None,
     template: str = "",
     params: Mapping[str, JSON] | None = None,
-    state: str = ClusterState.RUNNING,
+    state: str = ClusterState.INITIALIZING,
     created_at: int | None = None,
 ) -> ClusterRecord:
     """Create a cluster; without an id, a readable one is generated."""

@@ -23,15 +23,14 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections
 from django.test import Client
 
 from ledger.bus import bus
+from tests.conftest import subprocess_database_url
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -58,21 +57,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _database_url() -> str:
-    """The URL of the database pytest-django created, for the server process."""
-    db = connections["default"].settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return "sqlite:///" + str(Path(db["NAME"]).resolve())
-    if db["ENGINE"] == "django.db.backends.postgresql":
-        auth = quote(db.get("USER") or "")
-        if db.get("PASSWORD"):
-            auth += ":" + quote(db["PASSWORD"])
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or 5432
-        return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
-    raise pytest.UsageError(f"no live server for {db['ENGINE']}")
-
-
 def _wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -92,7 +76,7 @@ def _live_server(
 ) -> Iterator[str]:
     """Start daphne once per session over the test database; yield its base URL."""
     with django_db_blocker.unblock():
-        database_url = _database_url()
+        database_url = subprocess_database_url()
     data_dir = tmp_path_factory.mktemp("live-server")
     env = {
         **os.environ,

@@ -314,6 +314,16 @@ def test_instructions(prompt: Any, expected: str) -> None:
     assert render_instructions(prompt) == expected
 
 
+def test_zeroshots_initial_and_subsequent_prompts_follow_the_iteration() -> None:
+    prompt = {"initial": "Start the work.", "subsequent": "Fix what the validators found."}
+
+    assert render_instructions(prompt) == "## Instructions\n\nStart the work.\n\n"
+    assert render_instructions(prompt, iteration=2) == (
+        "## Instructions\n\nFix what the validators found.\n\n"
+    )
+    assert prompt_text({"initial": "Only one."}, iteration=3) == "Only one."
+
+
 @pytest.mark.parametrize("prompt", [{"user": "x"}, ["a"], 42])
 def test_a_prompt_of_another_shape_is_invalid_input(prompt: Any) -> None:
     with pytest.raises(InvalidInput, match="string `system`"):

@@ -56,7 +56,7 @@ def test_messages_and_clusters_are_read_only(admin_client: Client, stored: tuple
     assert delete_message.status_code == 403
     assert edit_cluster.status_code == 403
     assert Message.objects.get().topic == "PLAN_READY"
-    assert Cluster.objects.get().state == "running"
+    assert Cluster.objects.get().state == "initializing"
 
 
 def test_deleting_a_cluster_asks_for_confirmation_first(

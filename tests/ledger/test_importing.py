@@ -203,7 +203,7 @@ def test_an_existing_cluster_is_kept_and_only_gains_messages(tmp_path: Path) -> 
     cluster = cluster_get(cluster_id=CLUSTER)
     assert (cluster.config, cluster.state, cluster.created_at) == (
         {"agents": [{"id": "mine"}]},
-        "running",
+        "initializing",
         1,
     )
     assert len(stored(CLUSTER)) == 6

@@ -1,0 +1,299 @@
+"""The work API for agents (SPEC §7.4): claim tasks, report on them, start and stop clusters."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connection
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+from pydantic import ConfigDict, StrictBool, StrictInt
+
+from ledger import interfaces as ledger
+from ledger.interfaces import (
+    ClusterDetailOut,
+    ClusterRecord,
+    Forbidden,
+    MessageOut,
+    require_cluster,
+    scoped_cluster,
+)
+from runs import selectors, services
+from runs.models import TaskState
+from runs.signals import tasks_changed
+
+router = Router(tags=["runs"])
+
+WAIT_MAX = 30
+# A waiting claim looks again at least this often, for tasks queued by another server.
+RECHECK_SECONDS = 1.0
+
+
+class ErrorOut(Schema):
+    code: str
+    message: str
+    details: Any = None
+
+
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+}
+
+
+class ClaimIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: str | None = Field(None, max_length=128)
+    agents: list[str] = Field(default_factory=list, max_length=100)
+    roles: list[str] = Field(default_factory=list, max_length=100)
+    wait: float = Field(0, ge=0, le=WAIT_MAX, description="seconds to wait for a task")
+    lease: StrictInt | None = Field(None, ge=5, le=3600, description="seconds")
+    worker: str = Field("", max_length=128)
+
+
+class TriggerRefOut(Schema):
+    id: str
+    topic: str
+    sequence: str
+
+
+class TaskOut(Schema):
+    id: str
+    cluster_id: str
+    agent_id: str
+    role: str
+    iteration: int
+    state: str
+    triggering_message: TriggerRefOut
+    build_id: int | None
+    attempts: int
+    lease_expires_at: int | None
+    worker: str
+    created_at: int
+    claimed_at: int | None
+    finished_at: int | None
+    result: Any = None
+    error: str | None = None
+    usage: Any = None
+
+
+class ClaimedTaskOut(TaskOut):
+    lease_id: str
+    lease_seconds: int
+
+
+class ClaimOut(Schema):
+    task: ClaimedTaskOut
+    prompt: str
+    metrics: dict[str, Any]
+    agent: dict[str, Any]
+
+
+class LeaseIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    lease_id: str = Field(min_length=1, max_length=40)
+
+
+class OutputIn(LeaseIn):
+    lines: list[str] = Field(max_length=1000)
+    offset: StrictInt | None = Field(
+        None, ge=0, description="lines this lease sent before these (to drop a repeated batch)"
+    )
+
+
+class UsageIn(Schema):
+    inputTokens: StrictInt = Field(0, ge=0)
+    outputTokens: StrictInt = Field(0, ge=0)
+    model: str | None = Field(None, max_length=200)
+    costUsd: float | None = Field(None, ge=0)
+
+
+class CompleteIn(LeaseIn):
+    result: dict[str, Any] | str | None = None
+    output: str = Field("", max_length=2_000_000)
+    usage: UsageIn | None = None
+
+
+class FailIn(LeaseIn):
+    error: str = Field(min_length=1, max_length=100_000)
+    retryable: StrictBool = True
+
+
+class CompletionOut(Schema):
+    task: TaskOut
+    messages: list[MessageOut]
+
+
+class TaskPageOut(Schema):
+    items: list[TaskOut]
+    next_before: str | None
+
+
+class TaskQueryIn(Schema):
+    agent: str | None = Field(None, max_length=64)
+    state: TaskState | None = None
+    before: str | None = Field(None, max_length=40, description="id of the last task of a page")
+    limit: int = Field(selectors.DEFAULT_PAGE, ge=1, le=selectors.MAX_PAGE)
+
+
+class IssueIn(Schema):
+    title: str = Field("", max_length=300)
+    text: str = Field(min_length=1, max_length=100_000)
+
+
+class StartIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    issue: IssueIn
+
+
+@router.post(
+    "/tasks/claim",
+    response={200: ClaimOut, 204: None, **ERRORS},
+    summary="Claim a task (long-polls up to `wait` seconds)",
+)
+async def tasks_claim(request: HttpRequest, payload: ClaimIn) -> Any:
+    scope = scoped_cluster(request)
+    if scope is not None and payload.cluster not in (None, scope):
+        raise Forbidden(
+            f"this API key is limited to cluster {scope!r}", details={"cluster": payload.cluster}
+        )
+    cluster = payload.cluster or scope
+    # Nothing of this request keeps a database connection while it waits.
+    await sync_to_async(close_old_connections)()
+    deadline = time.monotonic() + payload.wait
+    while True:
+        claim = await sync_to_async(_claim_once, thread_sensitive=False)(payload, cluster)
+        if claim is not None:
+            return claim.to_wire()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Status(204, None)
+        await tasks_changed.wait(min(left, RECHECK_SECONDS))
+
+
+def _claim_once(payload: ClaimIn, cluster: str | None) -> services.Claim | None:
+    try:
+        return services.task_claim(
+            cluster_id=cluster,
+            agents=payload.agents,
+            roles=payload.roles,
+            lease_seconds=payload.lease,
+            worker=payload.worker,
+        )
+    finally:
+        connection.close()
+
+
+@router.post(
+    "/tasks/{task_id}/heartbeat", response={200: TaskOut, **ERRORS}, summary="Extend a lease"
+)
+def tasks_heartbeat(request: HttpRequest, task_id: str, payload: LeaseIn) -> dict[str, Any]:
+    task = services.task_heartbeat(
+        task_id=task_id, lease_id=payload.lease_id, scope=scoped_cluster(request)
+    )
+    return task.to_wire()
+
+
+@router.post(
+    "/tasks/{task_id}/output",
+    response={200: list[MessageOut], **ERRORS},
+    summary="Stream lines of the agent's output",
+    exclude_unset=True,
+)
+def tasks_output(request: HttpRequest, task_id: str, payload: OutputIn) -> list[dict[str, Any]]:
+    records = services.task_output(
+        task_id=task_id,
+        lease_id=payload.lease_id,
+        lines=payload.lines,
+        offset=payload.offset,
+        scope=scoped_cluster(request),
+    )
+    return [r.to_wire() for r in records]
+
+
+@router.post(
+    "/tasks/{task_id}/complete",
+    response={200: CompletionOut, **ERRORS},
+    summary="Complete a task: its hook runs and its messages are published",
+    exclude_unset=True,
+)
+def tasks_complete(request: HttpRequest, task_id: str, payload: CompleteIn) -> dict[str, Any]:
+    usage = payload.usage.model_dump(exclude_none=True) if payload.usage is not None else None
+    completion = services.task_complete(
+        task_id=task_id,
+        lease_id=payload.lease_id,
+        result=payload.result,
+        output=payload.output,
+        usage=usage,
+        scope=scoped_cluster(request),
+    )
+    return {
+        "task": completion.task.to_wire(),
+        "messages": [m.to_wire() for m in completion.messages],
+    }
+
+
+@router.post(
+    "/tasks/{task_id}/fail", response={200: TaskOut, **ERRORS}, summary="Fail (or retry) a task"
+)
+def tasks_fail(request: HttpRequest, task_id: str, payload: FailIn) -> dict[str, Any]:
+    task = services.task_fail(
+        task_id=task_id,
+        lease_id=payload.lease_id,
+        error=payload.error,
+        retryable=payload.retryable,
+        scope=scoped_cluster(request),
+    )
+    return task.to_wire()
+
+
+@router.get(
+    "/clusters/{cluster_id}/tasks",
+    response={200: TaskPageOut, **ERRORS},
+    summary="A cluster's tasks, newest first",
+)
+def clusters_tasks(
+    request: HttpRequest, cluster_id: str, filters: Query[TaskQueryIn]
+) -> dict[str, Any]:
+    require_cluster(request, cluster_id)
+    ledger.cluster_get(cluster_id=cluster_id)
+    tasks = selectors.task_list(
+        cluster_id=cluster_id,
+        agent_id=filters.agent,
+        state=filters.state,
+        before=filters.before,
+        limit=filters.limit,
+    )
+    next_before = tasks[-1].id if len(tasks) == filters.limit else None
+    return {"items": [t.to_wire() for t in tasks], "next_before": next_before}
+
+
+@router.post(
+    "/clusters/{cluster_id}/start",
+    response={200: ClusterDetailOut, **ERRORS},
+    summary="Start a cluster with an issue",
+)
+def clusters_start(request: HttpRequest, cluster_id: str, payload: StartIn) -> ClusterRecord:
+    require_cluster(request, cluster_id)
+    return services.cluster_start(cluster_id=cluster_id, issue=payload.issue.model_dump())
+
+
+@router.post(
+    "/clusters/{cluster_id}/stop",
+    response={200: ClusterDetailOut, **ERRORS},
+    summary="Stop a cluster",
+)
+def clusters_stop(request: HttpRequest, cluster_id: str) -> ClusterRecord:
+    require_cluster(request, cluster_id)
+    return services.cluster_stop(cluster_id=cluster_id)

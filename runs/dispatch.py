@@ -1,0 +1,286 @@
+"""Trigger dispatch (SPEC §7.1): the pipeline stage that turns messages into tasks.
+
+Each published message of a ``running`` cluster is offered, after the snapshotter has seen it,
+to every agent of the cluster's config in config order. An agent's triggers are tried in order;
+the first whose topic matches and whose ``logic`` passes decides: ``execute_task`` queues a task
+for the agent, ``stop_cluster`` publishes ``CLUSTER_COMPLETE``. Scripts run while the pipeline
+plans, outside any write transaction; the tasks and messages they lead to are written with the
+pipeline's cursor, so each message's reactions are committed exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from ledger import interfaces as ledger
+from ledger.interfaces import (
+    JSON,
+    Batch,
+    ClusterState,
+    ClusterWriter,
+    MessageDraft,
+    MessageRecord,
+)
+from runs import lifecycle
+from runs.logic import (
+    DEFAULT_STOP_REASON,
+    VIEW_MAX_MESSAGES,
+    AgentInfo,
+    ClusterInfo,
+    LedgerView,
+    LogicError,
+    trigger_logic_evaluate,
+)
+from runs.services.queue import task_queue, tasks_cancel
+from runs.signals import tasks_changed
+
+logger = logging.getLogger(__name__)
+
+# After the snapshotter (10): agents are offered a message once the snapshot holds it.
+STAGE_ORDER = 20
+ENDING_TOPICS = {"CLUSTER_COMPLETE", "CLUSTER_FAILED", "CLUSTER_STOPPED"}
+VALIDATOR_ROLE = "validator"
+_VIEW_MEMO_LIMIT = 1000
+
+
+def topic_matches(pattern: str, topic: str) -> bool:
+    """A trigger topic matches equal topics, ``*`` everything, ``PREFIX_*`` a prefix."""
+    if pattern == topic or pattern == "*":
+        return True
+    return pattern.endswith("*") and topic.startswith(pattern[:-1])
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTask:
+    """Queue a task for an agent, triggered by a message."""
+
+    agent: Mapping[str, JSON]
+    message: MessageRecord
+
+
+@dataclass
+class DispatchWrites:
+    """What a batch's messages lead to, in the order they led to it."""
+
+    steps: list[QueueTask | MessageDraft] = field(default_factory=list)
+    ends: bool = False
+
+    def apply(self, writer: ClusterWriter) -> None:
+        queued = 0
+        for step in self.steps:
+            if isinstance(step, QueueTask):
+                if writer.state == ClusterState.RUNNING:
+                    queued += task_queue(writer=writer, agent=step.agent, message=step.message)
+            else:
+                writer.append([step], now=ledger.now_ms())
+        if self.ends or writer.state != ClusterState.RUNNING:
+            tasks_cancel(cluster_id=writer.cluster_id, reason="the cluster is no longer running")
+        if queued:
+            transaction.on_commit(tasks_changed.notify)
+
+
+class Dispatcher:
+    """The trigger stage; keeps, per cluster, the view of the ledger that scripts read."""
+
+    name = "triggers"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # cluster id -> (the view, the sequence up to which it has seen the cluster)
+        self._views: dict[str, tuple[LedgerView, int]] = {}
+
+    def connect(self) -> None:
+        """Join the ledger's pipeline, after the snapshotter."""
+        ledger.pipeline.register(self, order=STAGE_ORDER)
+
+    def disconnect(self) -> None:
+        ledger.pipeline.unregister(self)
+
+    def plan(self, batch: Batch) -> DispatchWrites | None:
+        """Offer each published message of the batch to the cluster's agents."""
+        agents = batch.cluster.agents
+        if not agents:
+            return None
+        writes = DispatchWrites()
+        running = batch.cluster.state == ClusterState.RUNNING
+        info = ClusterInfo.of(id=batch.cluster.id, config=batch.cluster.config)
+        completion_rule = not has_completion_handler(agents)
+        view = self._view(batch)
+        live = {m.sequence for m in batch.live}
+        for message in batch.messages:
+            view.append(message.to_wire())
+            if message.sequence not in live:
+                continue
+            if message.topic in ENDING_TOPICS:
+                running = False
+                writes.ends = True
+            if not running or not offered(message):
+                continue
+            for agent in agents:
+                step = self._offer(agent, message=message, view=view, info=info, writes=writes)
+                if isinstance(step, MessageDraft):
+                    running = False  # stop_cluster: nothing triggers after it
+                    break
+            if running and completion_rule and builtin_completion_due(message, view, agents):
+                writes.steps.append(_complete(sender="system", reason=DEFAULT_STOP_REASON))
+                running = False
+        self._keep(batch.cluster.id, view, batch.upto)
+        return writes if writes.steps or writes.ends else None
+
+    def _offer(
+        self,
+        agent: Mapping[str, JSON],
+        *,
+        message: MessageRecord,
+        view: LedgerView,
+        info: ClusterInfo,
+        writes: DispatchWrites,
+    ) -> QueueTask | MessageDraft | None:
+        """Try the agent's triggers on a message; the first that matches and passes decides."""
+        agent_id = str(agent.get("id"))
+        triggers = agent.get("triggers")
+        for trigger in triggers if isinstance(triggers, list) else []:
+            if not isinstance(trigger, Mapping):
+                continue
+            pattern = trigger.get("topic")
+            if not isinstance(pattern, str) or not topic_matches(pattern, message.topic):
+                continue
+            reason = DEFAULT_STOP_REASON
+            script = _script(trigger.get("logic"))
+            if script is not None:
+                outcome = trigger_logic_evaluate(
+                    script,
+                    message=message.to_wire(),
+                    view=view,
+                    cluster=info,
+                    agent=AgentInfo(id=agent_id, role=str(agent.get("role") or "")),
+                )
+                if isinstance(outcome, LogicError):
+                    writes.steps.append(
+                        lifecycle.agent_error_draft(
+                            agent_id=agent_id,
+                            phase="trigger_logic",
+                            error=outcome.message,
+                            topic=message.topic,
+                            messageId=message.id,
+                        )
+                    )
+                    continue  # a script that fails counts as false
+                if not outcome.passed:
+                    continue
+                reason = outcome.stop_reason
+            step: QueueTask | MessageDraft
+            if trigger.get("action", "execute_task") == "stop_cluster":
+                step = _complete(sender=agent_id, reason=reason)
+            else:
+                step = QueueTask(agent=agent, message=message)
+            writes.steps.append(step)
+            return step
+        return None
+
+    def _view(self, batch: Batch) -> LedgerView:
+        """The cluster as of the batch's start: kept from the last batch, else read again."""
+        with self._lock:
+            # Taken out while a batch extends it: a plan that fails leaves no half-run view.
+            kept = self._views.pop(batch.cluster.id, None)
+        if kept is not None and kept[1] == batch.after:
+            return kept[0]
+        messages = ledger.message_window(
+            cluster_id=batch.cluster.id,
+            up_to_sequence=batch.after,
+            limit=VIEW_MAX_MESSAGES,
+            skip_topic=lifecycle.AGENT_OUTPUT,
+        )
+        return LedgerView(m.to_wire() for m in messages)
+
+    def _keep(self, cluster_id: str, view: LedgerView, upto: int) -> None:
+        with self._lock:
+            if len(self._views) >= _VIEW_MEMO_LIMIT:
+                self._views.clear()
+            self._views[cluster_id] = (view, upto)
+
+
+def offered(message: MessageRecord) -> bool:
+    """Whether triggers see a message: not the errors of trigger scripts themselves, which
+    would otherwise feed a failing wildcard trigger its own failures forever."""
+    data = message.data
+    return not (
+        message.topic == lifecycle.AGENT_ERROR
+        and isinstance(data, Mapping)
+        and data.get("phase") == "trigger_logic"
+    )
+
+
+def has_completion_handler(agents: Sequence[Mapping[str, JSON]]) -> bool:
+    """Whether the config ends its cluster itself: a ``stop_cluster`` trigger, or a hook that
+    publishes ``CLUSTER_COMPLETE``."""
+    for agent in agents:
+        triggers = agent.get("triggers")
+        for trigger in triggers if isinstance(triggers, list) else []:
+            if isinstance(trigger, Mapping) and trigger.get("action") == "stop_cluster":
+                return True
+        hooks = agent.get("hooks")
+        hook = hooks.get("onComplete") if isinstance(hooks, Mapping) else None
+        if isinstance(hook, Mapping):
+            config = hook.get("config")
+            if isinstance(config, Mapping) and config.get("topic") == "CLUSTER_COMPLETE":
+                return True
+            transform = hook.get("transform")
+            if isinstance(transform, Mapping) and "CLUSTER_COMPLETE" in str(
+                transform.get("script")
+            ):
+                return True
+    return False
+
+
+def builtin_completion_due(
+    message: MessageRecord, view: LedgerView, agents: Sequence[Mapping[str, JSON]]
+) -> bool:
+    """The built-in completion rule (SPEC §7.1): after the newest ``IMPLEMENTATION_READY``,
+    the newest ``VALIDATION_RESULT`` of every validator approves."""
+    if message.topic != "VALIDATION_RESULT":
+        return False
+    validators = [str(a.get("id")) for a in agents if a.get("role") == VALIDATOR_ROLE]
+    if not validators:
+        return False
+    newest: dict[str, JSON] = {}
+    handoff = False
+    for entry in reversed(view.messages):
+        if entry["topic"] == "IMPLEMENTATION_READY":
+            handoff = True
+            break
+        if entry["topic"] == "VALIDATION_RESULT" and entry["sender"] not in newest:
+            newest[entry["sender"]] = entry
+    if not handoff or any(v not in newest for v in validators):
+        return False
+    return all(_approves(newest[v]) for v in validators)
+
+
+def _approves(entry: Mapping[str, JSON]) -> bool:
+    content = entry.get("content")
+    data = content.get("data") if isinstance(content, Mapping) else None
+    approved = data.get("approved") if isinstance(data, Mapping) else None
+    # JavaScript's String(approved) === "true", as zeroshot compares it.
+    return approved is True or approved == "true"
+
+
+def _complete(*, sender: str, reason: str) -> MessageDraft:
+    return MessageDraft(
+        topic="CLUSTER_COMPLETE",
+        sender=sender,
+        content={"text": f"Cluster complete: {reason}", "data": {"reason": reason}},
+    )
+
+
+def _script(value: JSON) -> str | None:
+    if isinstance(value, Mapping) and isinstance(value.get("script"), str):
+        return str(value["script"])
+    return None
+
+
+dispatcher = Dispatcher()

@@ -1,0 +1,77 @@
+"""The messages a run publishes about its agents and tasks (SPEC §7.3), as drafts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.interfaces import JSON, MessageDraft
+from runs.records import TaskRecord
+
+LIFECYCLE = "AGENT_LIFECYCLE"
+AGENT_ERROR = "AGENT_ERROR"
+TOKEN_USAGE = "TOKEN_USAGE"
+AGENT_OUTPUT = "AGENT_OUTPUT"
+SCHEMA_WARNING = "AGENT_SCHEMA_WARNING"
+ERROR_TEXT_MAX = 2000
+
+
+def lifecycle_draft(task: TaskRecord, event: str, **extra: JSON) -> MessageDraft:
+    """``AGENT_LIFECYCLE`` for one task event, sent by the agent: ``"{agent}: {EVENT}"``."""
+    data: dict[str, JSON] = {
+        "event": event,
+        "agent": task.agent_id,
+        "role": task.role,
+        "taskId": task.id,
+        "iteration": task.iteration,
+        **extra,
+    }
+    return MessageDraft(
+        topic=LIFECYCLE,
+        sender=task.agent_id,
+        content={"text": f"{task.agent_id}: {event}", "data": data},
+    )
+
+
+def agent_error_draft(
+    *, agent_id: str, phase: str, error: str, task: TaskRecord | None = None, **extra: JSON
+) -> MessageDraft:
+    """``AGENT_ERROR``: what failed, in which phase, with the error text cut to its limit."""
+    text = error[:ERROR_TEXT_MAX]
+    data: dict[str, JSON] = {"agent": agent_id, "phase": phase, "error": text, **extra}
+    if task is not None:
+        data.update(taskId=task.id, iteration=task.iteration, role=task.role)
+    return MessageDraft(
+        topic=AGENT_ERROR,
+        sender=agent_id,
+        content={"text": f"{agent_id}: {phase} failed: {text}", "data": data},
+    )
+
+
+def usage_draft(task: TaskRecord, usage: dict[str, Any]) -> MessageDraft:
+    """``TOKEN_USAGE`` of one completed task, as the agent reported it."""
+    inputs, outputs = usage.get("inputTokens", 0), usage.get("outputTokens", 0)
+    data: dict[str, JSON] = {
+        "agent": task.agent_id,
+        "role": task.role,
+        "taskId": task.id,
+        "iteration": task.iteration,
+        **usage,
+    }
+    return MessageDraft(
+        topic=TOKEN_USAGE,
+        sender=task.agent_id,
+        content={"text": f"{task.agent_id}: {inputs} in / {outputs} out tokens", "data": data},
+    )
+
+
+def output_draft(task: TaskRecord, lines: list[str]) -> MessageDraft:
+    """``AGENT_OUTPUT``: lines of the agent's raw output, never put into a prompt (SPEC §1.5)."""
+    return MessageDraft(
+        topic=AGENT_OUTPUT,
+        sender=task.agent_id,
+        content={
+            "text": "\n".join(lines),
+            "data": {"taskId": task.id, "iteration": task.iteration, "lines": len(lines)},
+        },
+        metadata={"replayPolicy": "raw_log_only"},
+    )

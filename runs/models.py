@@ -1,0 +1,73 @@
+"""Tasks: one execution of one agent, handed to workers under leases (SPEC §7.3)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+OPEN_STATES = (TaskState.QUEUED, TaskState.CLAIMED)
+
+
+class Task(models.Model):
+    """One execution of one agent, from its trigger to its completion or failure."""
+
+    id = models.CharField(primary_key=True, max_length=40, help_text="task_ + 32 hex")
+    cluster = models.ForeignKey(
+        "ledger.Cluster", on_delete=models.CASCADE, related_name="tasks", db_index=False
+    )
+    agent_id = models.CharField(max_length=64)
+    role = models.CharField(max_length=128, blank=True, default="")
+    iteration = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.QUEUED)
+    trigger_message_id = models.CharField(max_length=128)
+    trigger_topic = models.CharField(max_length=64)
+    trigger_sequence = models.BigIntegerField()
+    build = models.ForeignKey(
+        "context.ContextBuild", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    lease_id = models.CharField(max_length=40, blank=True, default="")
+    lease_seconds = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.BigIntegerField(null=True, blank=True, help_text="ms")
+    worker = models.CharField(max_length=128, blank=True, default="")
+    # Output lines stored under the current lease: a batch sent again is recognised by offset.
+    output_lines = models.PositiveIntegerField(default=0)
+    created_at = models.BigIntegerField(help_text="ms")
+    # A retried task waits for its backoff before it can be claimed again.
+    available_at = models.BigIntegerField(help_text="ms")
+    claimed_at = models.BigIntegerField(null=True, blank=True, help_text="ms")
+    finished_at = models.BigIntegerField(null=True, blank=True, help_text="ms")
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    usage = models.JSONField(null=True, blank=True)
+    # What ``complete`` was called with and what it published: a repeat of the same body returns
+    # the same messages, another body is refused (SPEC §7.4).
+    completion_hash = models.CharField(max_length=64, blank=True, default="")
+    completion_messages = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = (
+            # Re-running the pipeline over the same messages never queues a task twice.
+            models.UniqueConstraint(
+                fields=["cluster", "agent_id", "trigger_message_id"], name="task_once_per_trigger"
+            ),
+        )
+        indexes = (
+            models.Index(fields=["state", "available_at", "created_at"], name="task_claimable"),
+            models.Index(fields=["state", "lease_expires_at"], name="task_lease_expiry"),
+            models.Index(
+                fields=["cluster", "agent_id", "state", "created_at"], name="task_agent_queue"
+            ),
+            models.Index(fields=["cluster", "-created_at"], name="task_cluster_recent"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.agent_id}#{self.iteration} {self.state}"

@@ -1,0 +1,64 @@
+"""Tasks as plain records, detached from the ORM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+JSON = Any
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One task (SPEC §7.3)."""
+
+    id: str
+    cluster_id: str
+    agent_id: str
+    role: str
+    iteration: int
+    state: str
+    trigger_message_id: str
+    trigger_topic: str
+    trigger_sequence: int
+    build_id: int | None
+    attempts: int
+    lease_id: str
+    lease_expires_at: int | None
+    worker: str
+    created_at: int
+    available_at: int
+    claimed_at: int | None
+    finished_at: int | None
+    result: JSON
+    error: str
+    usage: JSON
+
+    def to_wire(self, *, with_lease: bool = False) -> dict[str, JSON]:
+        """The JSON shape of the work API; the lease id only for the worker holding it."""
+        wire: dict[str, JSON] = {
+            "id": self.id,
+            "cluster_id": self.cluster_id,
+            "agent_id": self.agent_id,
+            "role": self.role,
+            "iteration": self.iteration,
+            "state": self.state,
+            "triggering_message": {
+                "id": self.trigger_message_id,
+                "topic": self.trigger_topic,
+                "sequence": str(self.trigger_sequence),
+            },
+            "build_id": self.build_id,
+            "attempts": self.attempts,
+            "lease_expires_at": self.lease_expires_at,
+            "worker": self.worker,
+            "created_at": self.created_at,
+            "claimed_at": self.claimed_at,
+            "finished_at": self.finished_at,
+            "result": self.result,
+            "error": self.error or None,
+            "usage": self.usage,
+        }
+        if with_lease:
+            wire["lease_id"] = self.lease_id
+        return wire

@@ -1,0 +1,126 @@
+"""Reads of tasks: one, a cluster's page of them, and each agent's current state."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ledger.interfaces import NotFound
+from runs.models import OPEN_STATES, Task, TaskState
+from runs.records import TaskRecord
+
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+
+
+def task_record(task: Task) -> TaskRecord:
+    """Detach a task from the ORM."""
+    return TaskRecord(
+        id=task.id,
+        cluster_id=task.cluster_id,
+        agent_id=task.agent_id,
+        role=task.role,
+        iteration=task.iteration,
+        state=task.state,
+        trigger_message_id=task.trigger_message_id,
+        trigger_topic=task.trigger_topic,
+        trigger_sequence=task.trigger_sequence,
+        build_id=task.build_id,
+        attempts=task.attempts,
+        lease_id=task.lease_id,
+        lease_expires_at=task.lease_expires_at,
+        worker=task.worker,
+        created_at=task.created_at,
+        available_at=task.available_at,
+        claimed_at=task.claimed_at,
+        finished_at=task.finished_at,
+        result=task.result,
+        error=task.error,
+        usage=task.usage,
+    )
+
+
+def task_get(*, task_id: str) -> TaskRecord:
+    """One task, or ``NotFound``."""
+    task = Task.objects.filter(pk=task_id).first()
+    if task is None:
+        raise NotFound(f"task {task_id!r} does not exist", details={"task_id": task_id})
+    return task_record(task)
+
+
+def task_list(
+    *,
+    cluster_id: str,
+    agent_id: str | None = None,
+    state: str | None = None,
+    before: str | None = None,
+    limit: int = DEFAULT_PAGE,
+) -> list[TaskRecord]:
+    """A cluster's tasks, newest first (one query); ``before`` is the last task id of a page."""
+    tasks = Task.objects.filter(cluster_id=cluster_id)
+    if agent_id:
+        tasks = tasks.filter(agent_id=agent_id)
+    if state:
+        tasks = tasks.filter(state=state)
+    if before:
+        anchor = Task.objects.filter(pk=before, cluster_id=cluster_id).values("created_at")[:1]
+        tasks = tasks.filter(created_at__lte=anchor).exclude(pk=before)
+    ordered = tasks.order_by("-created_at", "-id")[:limit]
+    return [task_record(t) for t in ordered]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentActivity:
+    """What one agent of a cluster is doing: its current task and what waits behind it."""
+
+    agent_id: str
+    state: str  # idle, queued, running, failed
+    current: TaskRecord | None
+    buffered: int
+    completed: int
+    dropped: int
+
+
+def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentActivity]:
+    """Each agent's state from its tasks (two queries)."""
+    open_tasks = Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).order_by(
+        "created_at", "id"
+    )
+    by_agent: dict[str, list[Task]] = {}
+    for task in open_tasks:
+        by_agent.setdefault(task.agent_id, []).append(task)
+    finished: Counter[tuple[str, str, bool]] = Counter()
+    newest_finished: dict[str, tuple[int, str]] = {}
+    rows = Task.objects.filter(cluster_id=cluster_id).exclude(state__in=OPEN_STATES)
+    for agent, state, error, created in rows.values_list(
+        "agent_id", "state", "error", "created_at"
+    ):
+        finished[(agent, state, error.startswith(DROPPED))] += 1
+        if created >= newest_finished.get(agent, (-1, ""))[0]:
+            newest_finished[agent] = (created, state)
+    activity = {}
+    for agent_id in agent_ids:
+        tasks = by_agent.get(agent_id, [])
+        claimed = next((t for t in tasks if t.state == TaskState.CLAIMED), None)
+        current = claimed or (tasks[0] if tasks else None)
+        if claimed is not None:
+            state = "running"
+        elif tasks:
+            state = "queued"
+        elif newest_finished.get(agent_id, (0, ""))[1] == TaskState.FAILED:
+            state = "failed"
+        else:
+            state = "idle"
+        activity[agent_id] = AgentActivity(
+            agent_id=agent_id,
+            state=state,
+            current=task_record(current) if current is not None else None,
+            buffered=max(0, len(tasks) - 1),
+            completed=finished[(agent_id, TaskState.COMPLETED, False)],
+            dropped=finished[(agent_id, TaskState.CANCELLED, True)],
+        )
+    return activity
+
+
+# The error text of a trigger that was dropped because its agent's buffer was full.
+DROPPED = "dropped:"

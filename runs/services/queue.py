@@ -1,0 +1,111 @@
+"""Queuing tasks for triggered agents, and cancelling what a cluster's end leaves open."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+
+from ledger import interfaces as ledger
+from ledger.interfaces import JSON, ClusterWriter, MessageDraft, MessageRecord
+from runs import lifecycle
+from runs.models import OPEN_STATES, Task, TaskState
+from runs.selectors import DROPPED
+
+DEFAULT_MAX_ITERATIONS = 100
+# Triggers kept while an agent is busy (SPEC §7.3); past it the oldest waiting one is dropped.
+BUFFER_LIMIT = 200
+
+
+def task_queue(*, writer: ClusterWriter, agent: Mapping[str, JSON], message: MessageRecord) -> int:
+    """Queue a task for ``agent`` triggered by ``message``; 1 when queued, 0 when not.
+
+    Runs inside the pipeline's transaction. A message that already queued this agent's task is
+    not queued again; past ``maxIterations`` the cluster fails instead (SPEC §7.3).
+    """
+    agent_id = str(agent.get("id"))
+    tasks = Task.objects.filter(cluster_id=writer.cluster_id, agent_id=agent_id)
+    if tasks.filter(trigger_message_id=message.id).exists():
+        return 0
+    iteration = tasks.count() + 1
+    limit = _max_iterations(agent)
+    if iteration > limit:
+        _fail_cluster(writer, agent=agent, iteration=iteration, limit=limit)
+        return 0
+    waiting = tasks.filter(state=TaskState.QUEUED).order_by("created_at", "id")
+    if waiting.count() >= BUFFER_LIMIT:
+        oldest = waiting.first()
+        assert oldest is not None
+        _finish(oldest, TaskState.CANCELLED, f"{DROPPED} {BUFFER_LIMIT} triggers were waiting")
+    now = ledger.now_ms()
+    Task.objects.create(
+        id=f"task_{secrets.token_hex(16)}",
+        cluster_id=writer.cluster_id,
+        agent_id=agent_id,
+        role=str(agent.get("role") or ""),
+        iteration=iteration,
+        state=TaskState.QUEUED,
+        trigger_message_id=message.id,
+        trigger_topic=message.topic,
+        trigger_sequence=message.sequence,
+        created_at=now,
+        available_at=now,
+    )
+    return 1
+
+
+def tasks_cancel(*, cluster_id: str, reason: str) -> int:
+    """Cancel every open task of a cluster (it stopped, completed or failed)."""
+    return Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).update(
+        state=TaskState.CANCELLED,
+        finished_at=ledger.now_ms(),
+        lease_id="",
+        lease_expires_at=None,
+        error=reason,
+    )
+
+
+def _finish(task: Task, state: str, error: str) -> None:
+    task.state = state
+    task.error = error
+    task.finished_at = ledger.now_ms()
+    task.save(update_fields=["state", "error", "finished_at"])
+
+
+def _max_iterations(agent: Mapping[str, JSON]) -> int:
+    value = agent.get("maxIterations")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) > 0:
+        return int(value)
+    return DEFAULT_MAX_ITERATIONS
+
+
+def _fail_cluster(
+    writer: ClusterWriter, *, agent: Mapping[str, JSON], iteration: int, limit: int
+) -> None:
+    """``MAX_ITERATIONS_REACHED`` and ``CLUSTER_FAILED``: the agent would run once too often."""
+    agent_id = str(agent.get("id"))
+    role = str(agent.get("role") or "")
+    reached = MessageDraft(
+        topic=lifecycle.LIFECYCLE,
+        sender=agent_id,
+        content={
+            "text": f"{agent_id}: MAX_ITERATIONS_REACHED",
+            "data": {
+                "event": "MAX_ITERATIONS_REACHED",
+                "agent": agent_id,
+                "role": role,
+                "iteration": iteration,
+                "maxIterations": limit,
+            },
+        },
+    )
+    failed = MessageDraft(
+        topic="CLUSTER_FAILED",
+        sender="system",
+        content={
+            "text": f"Cluster failed: {agent_id} reached its {limit} iterations",
+            "data": {"reason": "max_iterations", "agent": agent_id, "maxIterations": limit},
+        },
+    )
+    writer.append([reached, failed], now=ledger.now_ms())
