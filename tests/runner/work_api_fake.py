@@ -76,6 +76,8 @@ class FakeWorkApi:
         self.tasks: dict[str, FakeTask] = {}
         self.requests: list[Seen] = []
         self.max_claimed = 0
+        # Claims waiting for work right now.
+        self.polling = 0
         self._faults: list[Fault] = []
         self._cond = threading.Condition()
         self._closing = False
@@ -229,14 +231,18 @@ class FakeWorkApi:
     def _claim(self, body: dict[str, Any]) -> tuple[int, Any]:
         deadline = time.monotonic() + float(body.get("wait", 0))
         with self._cond:
-            while True:
-                task = self._claimable(body)
-                if task is not None:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0 or self._closing:
-                    return 204, None
-                self._cond.wait(min(left, 0.05))
+            self.polling += 1
+            try:
+                while True:
+                    task = self._claimable(body)
+                    if task is not None:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._closing:
+                        return 204, None
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                self.polling -= 1
             task.state = "claimed"
             task.lease_id = uuid.uuid4().hex
             task.attempts += 1

@@ -1,0 +1,456 @@
+"""The runner's loop: N slots, each claiming a task, running it through the provider, and
+completing or failing it, while a pump per task heartbeats and streams its output.
+
+Shutdown (``request_stop``, from SIGINT/SIGTERM): no slot claims again; every running agent is
+told to stop; each claimed task is failed as retryable at once (so the server hands it to
+another worker without waiting for the lease); claims still long-polling are waited for, and a
+task they bring back is failed the same way without being started. One task is reported to
+the server at most once: complete or fail, never both, and nothing after a 409.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zeroshot_runner.backoff import Backoff
+from zeroshot_runner.client import ApiError, LeaseLost, Unavailable, WorkClient
+from zeroshot_runner.providers.base import Job, Provider
+from zeroshot_runner.records import Claim, Completed, Failed, Outcome, ProtocolError
+
+log = logging.getLogger(__name__)
+
+# A cluster in one of these states may still hand out work (SPEC §1.2).
+ACTIVE_CLUSTER_STATES = frozenset({"initializing", "running", "stopping"})
+# One output line longer than this is cut: the full text still goes with `complete`.
+MAX_LINE_CHARS = 16_384
+# Lines per output request, however many are waiting.
+_MAX_BATCH = 500
+# How often the main thread looks at stop requests and the slots.
+_TICK = 0.05
+# The wait between claims while the server is unreachable grows up to this.
+_CLAIM_BACKOFF = Backoff(attempts=1, base=1.0, cap=30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    """What to claim and how to pace the work."""
+
+    worker: str
+    cluster: str | None = None
+    agents: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    concurrency: int = 1
+    wait: float = 10.0
+    lease: float = 60.0
+    exit_when_done: bool = False
+    batch_interval: float = 0.5
+    batch_lines: int = 50
+    # How long a stopping runner waits for its agents to end before failing their tasks itself.
+    stop_grace: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReport:
+    """How one claimed task went; times are ``time.monotonic()`` readings."""
+
+    task_id: str
+    agent_id: str
+    iteration: int
+    # completed | failed | released (claimed while stopping, never started) | lost (409) |
+    # unreported (the server stayed unreachable)
+    status: str
+    error: str | None
+    claim_sent: float
+    claimed: float
+    provider_started: float
+    provider_ended: float
+    finished: float
+
+
+class Runner:
+    """Claims and runs tasks until stopped, or until its cluster has ended."""
+
+    def __init__(
+        self,
+        *,
+        client: WorkClient,
+        provider: Provider,
+        settings: RunnerSettings,
+        observer: Callable[[TaskReport], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.provider = provider
+        self.settings = settings
+        self.observer = observer
+        self.fatal: str | None = None
+        # Plain flags: a signal handler may set them while the main thread holds any lock.
+        self._stop_requested = False
+        self._exit_now = False
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._runs: set[_TaskRun] = set()
+        self._polling = 0
+
+    def request_stop(self) -> None:
+        """Stop claiming and fail the tasks in hand; a second call also stops waiting for claims.
+
+        Safe to call from a signal handler.
+        """
+        if self._stop_requested:
+            self._exit_now = True
+        self._stop_requested = True
+
+    def run(self) -> int:
+        """Work until stopped or done; 0 on a clean end, 1 when the server refused the runner."""
+        if self.settings.exit_when_done:
+            self._check_cluster_ended()
+        slots = [
+            threading.Thread(target=self._slot, name=f"slot-{n}", daemon=True)
+            for n in range(1, self.settings.concurrency + 1)
+        ]
+        for slot in slots:
+            slot.start()
+        grace_ends: float | None = None
+        while any(slot.is_alive() for slot in slots) and not self._exit_now:
+            if self._stop_requested and not self._stopping.is_set():
+                self._begin_stop()
+            if self._stopping.is_set() and grace_ends is None:
+                grace_ends = time.monotonic() + self.settings.stop_grace
+            if grace_ends is not None and time.monotonic() >= grace_ends:
+                self._fail_runs_left("the runner stopped before the task finished")
+            time.sleep(_TICK)
+        self._fail_runs_left("the runner stopped before the task finished")
+        if self.fatal is not None:
+            log.error("%s", self.fatal)
+            return 1
+        return 0
+
+    def _begin_stop(self) -> None:
+        with self._lock:
+            self._stopping.set()
+            runs = list(self._runs)
+            polling = self._polling
+        for run in runs:
+            run.stop.set()
+        waiting = (
+            f"; {polling} pending claim(s) answer within {self.settings.wait:g} s "
+            "(signal again to exit without them)"
+            if polling
+            else ""
+        )
+        log.info("stopping: failing %d task(s) in hand as retryable%s", len(runs), waiting)
+
+    def _fail_runs_left(self, error: str) -> None:
+        with self._lock:
+            runs = list(self._runs)
+        for run in runs:
+            run.stop.set()
+            run.finish(Failed(error=error, retryable=True))
+
+    def _give_up(self, message: str) -> None:
+        self.fatal = message
+        self._stop_requested = True
+
+    def _slot(self) -> None:
+        failures = 0
+        while not (self._stopping.is_set() or self._done.is_set() or self._stop_requested):
+            claim_sent = time.monotonic()
+            try:
+                claim = self._claim()
+            except (Unavailable, ApiError) as error:
+                if isinstance(error, ApiError) and error.status < 500:
+                    # 401, 403, 404, 422: a wrong key, cluster or filter; asking again won't help.
+                    self._give_up(f"the server refused to hand out tasks: {error}")
+                    return
+                delay = _CLAIM_BACKOFF.delay(min(failures, 10))
+                failures += 1
+                log.warning("claim failed: %s; asking again in %.1f s", error, delay)
+                self._stopping.wait(delay)
+                continue
+            except ProtocolError as error:
+                self._give_up(f"cannot read the server's claim answer: {error}")
+                return
+            failures = 0
+            if claim is None:
+                self._check_cluster_ended()
+                continue
+            self._execute(claim, claim_sent=claim_sent, claimed=time.monotonic())
+
+    def _claim(self) -> Claim | None:
+        with self._lock:
+            self._polling += 1
+        try:
+            return self.client.claim(
+                worker=self.settings.worker,
+                wait=self.settings.wait,
+                lease=self.settings.lease,
+                cluster=self.settings.cluster,
+                agents=self.settings.agents,
+                roles=self.settings.roles,
+                interrupt=self._stopping,
+            )
+        finally:
+            with self._lock:
+                self._polling -= 1
+
+    def _check_cluster_ended(self) -> None:
+        cluster = self.settings.cluster
+        if not self.settings.exit_when_done or cluster is None:
+            return
+        try:
+            state = self.client.cluster_state(cluster)
+        except Unavailable as error:
+            log.warning("cannot read the state of cluster %s: %s", cluster, error)
+            return
+        except (ApiError, ProtocolError) as error:
+            self._give_up(f"cannot read the state of cluster {cluster}: {error}")
+            return
+        if state not in ACTIVE_CLUSTER_STATES and not self._done.is_set():
+            log.info("cluster %s is %s: exiting once the tasks in hand are done", cluster, state)
+            self._done.set()
+
+    def _execute(self, claim: Claim, *, claim_sent: float, claimed: float) -> None:
+        run = _TaskRun(claim, client=self.client, settings=self.settings)
+        with self._lock:
+            # Checked under the lock that _begin_stop sets the event under: a task claimed
+            # while the runner stops is never started.
+            stopping = self._stopping.is_set()
+            if not stopping:
+                self._runs.add(run)
+        if stopping:
+            status = run.finish(
+                Failed(error="the runner stopped before starting the task", retryable=True)
+            )
+            self._report(
+                run,
+                "released" if status == "failed" else status,
+                run.error_sent,
+                claim_sent,
+                claimed,
+                claimed,
+                claimed,
+            )
+            return
+        log.info("task %s: agent %s, iteration %d", claim.task_id, claim.agent_id, claim.iteration)
+        run.start_pump()
+        provider_started = time.monotonic()
+        try:
+            outcome = self.provider.run(Job(claim=claim, emit=run.emit, stop=run.stop))
+        except Exception as error:  # a provider bug must not take the slot down with it
+            log.exception("task %s: the provider failed", claim.task_id)
+            outcome = Failed(error=f"the provider failed: {error!r}", retryable=True)
+        provider_ended = time.monotonic()
+        if isinstance(outcome, Failed) and self._stopping.is_set():
+            outcome = Failed(error=outcome.error, retryable=True)
+        status = run.finish(outcome)
+        with self._lock:
+            self._runs.discard(run)
+        failure = run.error_sent or (outcome.error if isinstance(outcome, Failed) else None)
+        self._report(run, status, failure, claim_sent, claimed, provider_started, provider_ended)
+
+    def _report(
+        self,
+        run: _TaskRun,
+        status: str,
+        error: str | None,
+        claim_sent: float,
+        claimed: float,
+        provider_started: float,
+        provider_ended: float,
+    ) -> None:
+        finished = time.monotonic()
+        claim = run.claim
+        took = finished - claimed
+        if status == "completed":
+            log.info("task %s: completed in %.2f s", claim.task_id, took)
+        else:
+            log.warning("task %s: %s after %.2f s: %s", claim.task_id, status, took, error)
+        if self.observer is not None:
+            self.observer(
+                TaskReport(
+                    task_id=claim.task_id,
+                    agent_id=claim.agent_id,
+                    iteration=claim.iteration,
+                    status=status,
+                    error=error,
+                    claim_sent=claim_sent,
+                    claimed=claimed,
+                    provider_started=provider_started,
+                    provider_ended=provider_ended,
+                    finished=finished,
+                )
+            )
+
+
+class _TaskRun:
+    """One claimed task: its output buffer, its heartbeat, and its one final report."""
+
+    def __init__(self, claim: Claim, *, client: WorkClient, settings: RunnerSettings) -> None:
+        self.claim = claim
+        self.client = client
+        self.stop = threading.Event()
+        self._batch_interval = settings.batch_interval
+        self._batch_lines = settings.batch_lines
+        self._beat_every = (claim.lease_seconds or settings.lease) / 3
+        self._cond = threading.Condition()
+        self._pending: list[str] = []
+        self._pending_since: float | None = None
+        self._sent = 0
+        self._flush_lock = threading.Lock()
+        self._finish_lock = threading.Lock()
+        self._status: str | None = None
+        # The error text of the `fail` call, once one was made.
+        self.error_sent: str | None = None
+        self._finishing = False
+        self._lost = False
+
+    def start_pump(self) -> None:
+        """Start heartbeating and sending output in the background."""
+        threading.Thread(target=self._pump, name=f"pump-{self.claim.task_id}", daemon=True).start()
+
+    def emit(self, line: str) -> None:
+        """Queue one output line (called from the provider's threads)."""
+        if len(line) > MAX_LINE_CHARS:
+            line = f"{line[:MAX_LINE_CHARS]}… [{len(line) - MAX_LINE_CHARS} more characters]"
+        with self._cond:
+            self._pending.append(line)
+            # The pump sleeps until its next heartbeat when nothing waits: the first line
+            # wakes it to set the batch's deadline, a full batch to send it now.
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+                self._cond.notify_all()
+            elif len(self._pending) >= self._batch_lines:
+                self._cond.notify_all()
+
+    def finish(self, outcome: Outcome) -> str:
+        """Report the outcome once: ``completed``, ``failed``, ``lost`` or ``unreported``."""
+        # The first caller reports; a later one (the main thread giving up on a slow agent, or
+        # the slot once its agent ends after all) waits for that report and gets its status.
+        with self._finish_lock:
+            if self._status is None:
+                self._status = self._send_outcome(outcome)
+            return self._status
+
+    def _send_outcome(self, outcome: Outcome) -> str:
+        with self._cond:
+            self._finishing = True
+            self._cond.notify_all()
+        if not self._lost:
+            self._flush()
+        if self._lost:
+            return "lost"
+        task_id, lease_id = self.claim.task_id, self.claim.lease_id
+        try:
+            if isinstance(outcome, Completed):
+                try:
+                    self.client.complete(task_id, lease_id=lease_id, completed=outcome)
+                    return "completed"
+                except ApiError as error:
+                    if isinstance(error, LeaseLost):
+                        raise
+                    # A result the server will not take must not sit there until the lease
+                    # runs out: the task is failed instead, and another run may do better.
+                    log.warning("task %s: result refused: %s", task_id, error)
+                    outcome = Failed(
+                        error=f"the server refused the result: {error}", retryable=True
+                    )
+            self.error_sent = outcome.error
+            self.client.fail(
+                task_id, lease_id=lease_id, error=outcome.error, retryable=outcome.retryable
+            )
+            return "failed"
+        except LeaseLost:
+            log.warning("task %s: the lease was no longer ours when reporting", task_id)
+            return "lost"
+        except (ApiError, Unavailable) as error:
+            log.error(
+                "task %s: could not report (%s); the server re-queues it when its lease ends",
+                task_id,
+                error,
+            )
+            return "unreported"
+
+    def _pump(self) -> None:
+        next_beat = time.monotonic() + self._beat_every
+        while True:
+            with self._cond:
+                while True:
+                    if self._finishing:
+                        return
+                    now = time.monotonic()
+                    if len(self._pending) >= self._batch_lines:
+                        flush_at = now
+                    elif self._pending_since is not None:
+                        flush_at = self._pending_since + self._batch_interval
+                    else:
+                        flush_at = float("inf")
+                    if now >= min(flush_at, next_beat):
+                        break
+                    self._cond.wait(min(flush_at, next_beat) - now)
+            if time.monotonic() >= flush_at:
+                self._flush()
+            if time.monotonic() >= next_beat:
+                beat_ok = self._heartbeat()
+                # A missed beat is tried again soon, well inside the lease.
+                next_beat = time.monotonic() + (
+                    self._beat_every if beat_ok else min(self._beat_every, 1.0)
+                )
+
+    def _heartbeat(self) -> bool:
+        try:
+            self.client.heartbeat(self.claim.task_id, lease_id=self.claim.lease_id)
+        except LeaseLost as error:
+            self._lose(error)
+        except (ApiError, Unavailable) as error:
+            log.warning("task %s: heartbeat failed: %s", self.claim.task_id, error)
+            return False
+        return True
+
+    def _flush(self) -> None:
+        # One flush at a time keeps the lines in order across the pump and finish(). A flush
+        # sends what was waiting when it began, so a chatty agent cannot hold the pump (and
+        # with it the heartbeat) in here.
+        with self._flush_lock:
+            with self._cond:
+                waiting, self._pending = self._pending, []
+                self._pending_since = None
+            for start in range(0, len(waiting), _MAX_BATCH):
+                batch = waiting[start : start + _MAX_BATCH]
+                try:
+                    self.client.output(
+                        self.claim.task_id,
+                        lease_id=self.claim.lease_id,
+                        lines=batch,
+                        offset=self._sent,
+                    )
+                except LeaseLost as error:
+                    self._lose(error)
+                    return
+                except Unavailable as error:
+                    # Kept for the next flush: the log of a task is worth a later try.
+                    log.warning("task %s: output not sent yet: %s", self.claim.task_id, error)
+                    with self._cond:
+                        self._pending[:0] = waiting[start:]
+                        self._pending_since = time.monotonic()
+                    return
+                except ApiError as error:
+                    log.warning("task %s: output refused: %s", self.claim.task_id, error)
+                self._sent += len(batch)
+
+    def _lose(self, error: LeaseLost) -> None:
+        if self._finishing:
+            # Once the final report is under way, its own answer tells whether the lease holds;
+            # a heartbeat answered after the report went through says nothing.
+            return
+        self._lost = True
+        self.stop.set()
+        log.warning(
+            "task %s: lease lost (%s); its agent is stopped and nothing more is sent",
+            self.claim.task_id,
+            error,
+        )
