@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # for the answer itself before the read counts as failed.
 _POLL_MARGIN = 15.0
 _ERROR_BODY_CHARS = 500
+# The raw output sent with `complete` keeps its last this many characters: the end of an
+# agent's output says most, and a server refuses big bodies.
+MAX_OUTPUT_CHARS = 1_000_000
 
 
 class ApiError(Exception):
@@ -123,7 +126,7 @@ class WorkClient:
         body: dict[str, JSON] = {
             "lease_id": lease_id,
             "result": completed.result,
-            "output": completed.output,
+            "output": _tail(completed.output, MAX_OUTPUT_CHARS),
         }
         if completed.usage is not None:
             body["usage"] = completed.usage.to_wire()
@@ -193,6 +196,12 @@ def api_base_url(url: str) -> str:
     """The work API's root for a server URL given with or without ``/api/v1``."""
     root = url.rstrip("/")
     return root if root.endswith("/api/v1") else f"{root}/api/v1"
+
+
+def _tail(text: str, size: int) -> str:
+    if len(text) <= size:
+        return text
+    return f"[{len(text) - size} characters cut]\n{text[-size:]}"
 
 
 def _segment(value: str) -> str:

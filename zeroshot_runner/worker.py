@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from zeroshot_runner.backoff import Backoff
@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 ACTIVE_CLUSTER_STATES = frozenset({"initializing", "running", "stopping"})
 # One output line longer than this is cut: the full text still goes with `complete`.
 MAX_LINE_CHARS = 16_384
-# Lines per output request, however many are waiting.
-_MAX_BATCH = 500
+# One output request carries at most this many lines and characters, however many wait: a
+# server refuses big bodies (Django's default limit is 2.5 MB).
+_MAX_BATCH_LINES = 500
+_MAX_BATCH_CHARS = 512 * 1024
 # How often the main thread looks at stop requests and the slots.
 _TICK = 0.05
 # The wait between claims while the server is unreachable grows up to this.
@@ -116,13 +118,22 @@ class Runner:
         for slot in slots:
             slot.start()
         grace_ends: float | None = None
-        while any(slot.is_alive() for slot in slots) and not self._exit_now:
+        while not self._exit_now:
+            alive = [slot for slot in slots if slot.is_alive()]
+            if not alive:
+                break
             if self._stop_requested and not self._stopping.is_set():
                 self._begin_stop()
             if self._stopping.is_set() and grace_ends is None:
                 grace_ends = time.monotonic() + self.settings.stop_grace
             if grace_ends is not None and time.monotonic() >= grace_ends:
                 self._fail_runs_left("the runner stopped before the task finished")
+                # A slot whose agent ignores the stop (a request in flight) is not waited for:
+                # its task is reported. Slots still polling a claim are.
+                with self._lock:
+                    abandoned = sum(1 for run in self._runs if run.reported)
+                if abandoned == len(alive):
+                    break
             time.sleep(_TICK)
         self._fail_runs_left("the runner stopped before the task finished")
         if self.fatal is not None:
@@ -150,7 +161,7 @@ class Runner:
             runs = list(self._runs)
         for run in runs:
             run.stop.set()
-            run.finish(Failed(error=error, retryable=True))
+            run.finish_unless_busy(Failed(error=error, retryable=True))
 
     def _give_up(self, message: str) -> None:
         self.fatal = message
@@ -309,6 +320,11 @@ class _TaskRun:
         self._finishing = False
         self._lost = False
 
+    @property
+    def reported(self) -> bool:
+        """Whether the outcome was sent (or given up on)."""
+        return self._status is not None
+
     def start_pump(self) -> None:
         """Start heartbeating and sending output in the background."""
         threading.Thread(target=self._pump, name=f"pump-{self.claim.task_id}", daemon=True).start()
@@ -335,6 +351,16 @@ class _TaskRun:
             if self._status is None:
                 self._status = self._send_outcome(outcome)
             return self._status
+
+    def finish_unless_busy(self, outcome: Outcome) -> None:
+        """Report the outcome unless that is done or under way (by the slot, say)."""
+        if not self._finish_lock.acquire(blocking=False):
+            return
+        try:
+            if self._status is None:
+                self._status = self._send_outcome(outcome)
+        finally:
+            self._finish_lock.release()
 
     def _send_outcome(self, outcome: Outcome) -> str:
         with self._cond:
@@ -419,8 +445,8 @@ class _TaskRun:
             with self._cond:
                 waiting, self._pending = self._pending, []
                 self._pending_since = None
-            for start in range(0, len(waiting), _MAX_BATCH):
-                batch = waiting[start : start + _MAX_BATCH]
+            start = 0
+            for batch in _batches(waiting):
                 try:
                     self.client.output(
                         self.claim.task_id,
@@ -440,6 +466,7 @@ class _TaskRun:
                     return
                 except ApiError as error:
                     log.warning("task %s: output refused: %s", self.claim.task_id, error)
+                start += len(batch)
                 self._sent += len(batch)
 
     def _lose(self, error: LeaseLost) -> None:
@@ -454,3 +481,16 @@ class _TaskRun:
             self.claim.task_id,
             error,
         )
+
+
+def _batches(lines: list[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        if batch and (len(batch) >= _MAX_BATCH_LINES or size + len(line) > _MAX_BATCH_CHARS):
+            yield batch
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line)
+    if batch:
+        yield batch

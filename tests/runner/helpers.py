@@ -51,10 +51,20 @@ def job_for(claim: Claim, stop: threading.Event | None = None) -> tuple[Job, Lin
     return Job(claim=claim, emit=lines, stop=stop or threading.Event()), lines
 
 
+# Given to every agent script: the test reads the pids whole, or not at all.
+RECORD_PIDS = """
+def record_pids(path, *pids):
+    import os
+    with open(path + ".tmp", "w") as file:
+        file.write(" ".join(map(str, pids)))
+    os.replace(path + ".tmp", path)
+"""
+
+
 def agent_script(tmp_path: Path, source: str, name: str = "agent.py") -> str:
     """Write a Python agent to ``tmp_path`` and return the shell command that runs it."""
     path = tmp_path / name
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    path.write_text(RECORD_PIDS + textwrap.dedent(source), encoding="utf-8")
     return shlex.join([sys.executable, str(path)])
 
 

@@ -43,7 +43,7 @@ def test_a_signal_fails_the_task_in_hand_at_once_and_leaves_no_process(
         f"""
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        record_pids({str(pids)!r}, os.getpid(), child.pid)
         time.sleep(60)
         """,
     )

@@ -13,7 +13,14 @@ import pytest
 
 from tests.runner.work_api_fake import FakeWorkApi
 from zeroshot_runner.backoff import Backoff, retry_after_seconds
-from zeroshot_runner.client import ApiError, LeaseLost, Unavailable, WorkClient, api_base_url
+from zeroshot_runner.client import (
+    MAX_OUTPUT_CHARS,
+    ApiError,
+    LeaseLost,
+    Unavailable,
+    WorkClient,
+    api_base_url,
+)
 from zeroshot_runner.records import Completed, Usage
 
 FAST = Backoff(attempts=4, base=0.001, cap=0.01)
@@ -107,6 +114,18 @@ def test_complete_sends_result_output_and_usage(work_api: FakeWorkApi) -> None:
         "usage": {"inputTokens": 10, "outputTokens": 2, "model": "m"},
     }
     assert work_api.tasks[task_id].state == "completed"
+
+
+def test_a_huge_output_keeps_its_end(work_api: FakeWorkApi) -> None:
+    task_id = work_api.add_task()
+    client = client_for(work_api)
+    claim = client.claim(worker="w", wait=0, lease=60)
+    assert claim is not None
+    output = "a" * 10 + "b" * MAX_OUTPUT_CHARS
+
+    client.complete(task_id, lease_id=claim.lease_id, completed=Completed(result={}, output=output))
+
+    assert work_api.tasks[task_id].output == "[10 characters cut]\n" + "b" * MAX_OUTPUT_CHARS
 
 
 def test_output_and_fail_carry_the_lease(work_api: FakeWorkApi) -> None:

@@ -127,8 +127,7 @@ def test_an_agent_that_outlives_its_timeout_is_killed_with_its_children(tmp_path
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c",
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
-        with open({str(pids)!r}, "w") as f:
-            f.write(f"{{os.getpid()}} {{child.pid}}")
+        record_pids({str(pids)!r}, os.getpid(), child.pid)
         print("started", flush=True)
         time.sleep(60)
         """,
@@ -157,8 +156,7 @@ def test_a_stop_kills_the_agent_at_once(tmp_path: Path) -> None:
         tmp_path,
         f"""
         import os, time
-        with open({str(pids)!r}, "w") as f:
-            f.write(str(os.getpid()))
+        record_pids({str(pids)!r}, os.getpid())
         time.sleep(60)
         """,
     )
@@ -174,6 +172,39 @@ def test_a_stop_kills_the_agent_at_once(tmp_path: Path) -> None:
     assert not running(pids_in(pids)[0])
 
 
+def test_closing_the_provider_kills_the_agents_still_running(tmp_path: Path) -> None:
+    # given an agent running in a thread, as in a runner exiting without waiting for it
+    pids = tmp_path / "pids"
+    command = agent_script(
+        tmp_path,
+        f"""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        record_pids({str(pids)!r}, os.getpid())
+        time.sleep(60)
+        """,
+    )
+    agents = provider(f"exec {command}")
+    job, _ = job_for(claim_for())
+    outcomes: list[object] = []
+    thread = threading.Thread(target=lambda: outcomes.append(agents.run(job)))
+    thread.start()
+    assert wait_until(pids.exists)
+
+    # when
+    agents.close()
+
+    # then the agent is gone at once
+    thread.join(10)
+    assert not running(pids_in(pids)[0])
+    assert outcomes == [
+        Failed(
+            error="the agent command was killed by signal SIGKILL; stderr was empty",
+            retryable=True,
+        )
+    ]
+
+
 def test_what_an_agent_leaves_behind_after_exiting_is_ended_too(tmp_path: Path) -> None:
     # given an agent that starts a background process and exits at once, successfully
     pids = tmp_path / "pids"
@@ -183,8 +214,7 @@ def test_what_an_agent_leaves_behind_after_exiting_is_ended_too(tmp_path: Path) 
         import subprocess, sys
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open({str(pids)!r}, "w") as f:
-            f.write(str(child.pid))
+        record_pids({str(pids)!r}, child.pid)
         print('{{"done": true}}')
         """,
     )

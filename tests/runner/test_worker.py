@@ -18,7 +18,7 @@ from zeroshot_runner.client import WorkClient
 from zeroshot_runner.providers.base import Job, Provider
 from zeroshot_runner.providers.command import CommandProvider
 from zeroshot_runner.providers.scripted import ScriptedProvider, script_from_json
-from zeroshot_runner.records import Outcome
+from zeroshot_runner.records import Completed, Outcome
 from zeroshot_runner.worker import Runner, RunnerSettings, TaskReport
 
 FAST = Backoff(attempts=3, base=0.001, cap=0.01)
@@ -172,6 +172,21 @@ def test_output_lines_keep_their_order_and_go_in_batches(work_api: FakeWorkApi) 
     assert offsets == [sum(len(b["lines"]) for b in batches[:n]) for n in range(len(batches))]
 
 
+def test_long_output_goes_in_requests_of_bounded_size(work_api: FakeWorkApi) -> None:
+    # given an agent printing 150 lines of 10,000 characters (1.5 MB)
+    task_id = work_api.add_task()
+    lines = [f"{n:04d}" + "x" * 9_996 for n in range(150)]
+
+    with runner_on(work_api, scripted({"worker": [{"output": lines}]})):
+        assert work_api.wait_for(lambda: work_api.tasks[task_id].state == "completed")
+
+    # then all arrived in order, no request carrying more than half a megabyte of lines
+    assert work_api.tasks[task_id].lines == lines
+    sizes = [sum(map(len, request.body["lines"])) for request in work_api.seen("/output")]
+    assert len(sizes) >= 3
+    assert max(sizes) <= 512 * 1024
+
+
 def test_heartbeats_keep_the_lease_while_the_agent_works(
     work_api: FakeWorkApi, tmp_path: Path
 ) -> None:
@@ -205,7 +220,7 @@ def test_a_lost_lease_stops_the_agent_and_reports_nothing(
             tmp_path,
             f"""
             import os, time
-            open({str(pids)!r}, "w").write(str(os.getpid()))
+            record_pids({str(pids)!r}, os.getpid())
             time.sleep(60)
             """,
         )
@@ -329,6 +344,51 @@ def test_a_refused_result_fails_the_task_instead_of_leaving_it_claimed(
     assert fail["retryable"] is True
     assert runner.reports[0].status == "failed"
     assert runner.reports[0].error == fail["error"]
+
+
+class StubbornProvider:
+    """An agent that ignores the stop (like a request in flight) until the test releases it."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, job: Job) -> Outcome:
+        self.started.set()
+        self.release.wait(30)
+        return Completed(result={"late": True}, output="late")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stopping_runner_does_not_wait_for_an_agent_that_ignores_the_stop(
+    work_api: FakeWorkApi,
+) -> None:
+    # given a task whose agent will not stop
+    task_id = work_api.add_task()
+    provider = StubbornProvider()
+
+    with runner_on(work_api, provider, stop_grace=0.3) as runner:
+        assert provider.started.wait(10)
+
+        # when the runner is stopped
+        status = runner.stop()
+
+        # then it gave up on the agent after its grace and failed the task as retryable
+        assert status == 0
+        assert work_api.tasks[task_id].fails == [
+            {
+                "lease_id": work_api.tasks[task_id].fails[0]["lease_id"],
+                "error": "the runner stopped before the task finished",
+                "retryable": True,
+            }
+        ]
+        # and the agent's late answer is never sent
+        provider.release.set()
+        assert wait_until(lambda: len(runner.reports) == 1)
+    assert work_api.seen("/complete") == []
+    assert runner.reports[0].status == "failed"
 
 
 class BrokenProvider:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -41,6 +42,8 @@ class CommandProvider:
         self.default_timeout = default_timeout
         self.kill_grace = kill_grace
         self.environment = dict(os.environ if environment is None else environment)
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
 
     def run(self, job: Job) -> Outcome:
         """Run the command for one task until it exits, times out or is stopped."""
@@ -59,6 +62,25 @@ class CommandProvider:
         except OSError as error:
             return Failed(error=f"the agent command could not start: {error}", retryable=True)
         # start_new_session makes the agent the leader of a new group whose id is its pid.
+        group = process.pid
+        with self._lock:
+            self._groups.add(group)
+        try:
+            return self._watch(process, job, timeout=timeout)
+        finally:
+            with self._lock:
+                self._groups.discard(group)
+
+    def close(self) -> None:
+        """Kill every agent still running: the runner is exiting without waiting for them."""
+        with self._lock:
+            groups = list(self._groups)
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
+    def _watch(self, process: subprocess.Popen[bytes], job: Job, *, timeout: float) -> Outcome:
+        claim = job.claim
         group = process.pid
         assert process.stdin is not None
         assert process.stdout is not None
@@ -98,12 +120,11 @@ class CommandProvider:
                 retryable=True,
             )
         code = process.returncode
+        if code is None:
+            return Failed(error="the agent command did not end when killed", retryable=True)
         if code != 0:
             return Failed(error=_with_stderr(_exit_description(code), stderr), retryable=True)
         return outcome_from_output("".join(stdout), wants_json=claim.agent.wants_json)
-
-    def close(self) -> None:
-        """Nothing to release: every task's process is gone when ``run`` returns."""
 
     def _environment_for(self, claim: Claim) -> dict[str, str]:
         environment = {
