@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -76,7 +77,10 @@ class WorkClient:
                 "User-Agent": f"zeroshot-runner/{__version__}",
             },
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            transport=transport,
+            # httpx writes a request's headers and body separately: without TCP_NODELAY the
+            # body can wait for the server's delayed ACK.
+            transport=transport
+            or httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]),
         )
 
     def close(self) -> None:

@@ -65,6 +65,9 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the second one waits for
+            # the client's delayed ACK (40 ms a request on Linux).
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
