@@ -38,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("ZEROSHOT_WEB_URL", "http://127.0.0.1:8000"),
         help="the server's URL (default: $ZEROSHOT_WEB_URL or http://127.0.0.1:8000)",
     )
-    server.add_argument("--key", help="API key (default: $ZEROSHOT_WEB_KEY)")
+    server.add_argument(
+        "--key",
+        help="API key (default: $ZEROSHOT_WEB_KEY, better: a command line is visible to all)",
+    )
     server.add_argument(
         "--worker",
         default=f"{socket.gethostname()}:{os.getpid()}",
