@@ -14,6 +14,7 @@ Pure functions over strings. Three shapes are understood:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -33,6 +34,12 @@ _CODEX_EVENTS = frozenset(
 )
 # How much of the output a "no JSON object" error quotes.
 _TAIL_CHARS = 500
+# Where an object may begin: a brace before a key or the closing brace. Code's braces
+# ({x: 1}, {'a': 1}, { return }) are passed over without decoding.
+_OBJECT_START = re.compile(r'\{\s*["}]')
+_FIRST_SLICE = 4096
+# A decoding error this close to the end of a slice may only mean that the slice cut the object.
+_CUT_MARGIN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +94,38 @@ def last_json_object(text: str) -> dict[str, JSON] | None:
 def top_level_objects(text: str) -> Iterator[dict[str, JSON]]:
     """Every complete JSON object in ``text`` that is not inside another one, in order."""
     decoder = json.JSONDecoder(parse_constant=_reject_constant)
-    position = text.find("{")
-    while position != -1:
-        try:
-            value, end = decoder.raw_decode(text, position)
-        except ValueError:
-            position = text.find("{", position + 1)
+    position = 0
+    while (start := _OBJECT_START.search(text, position)) is not None:
+        found = _object_at(decoder, text, start.start())
+        if found is None:
+            position = start.start() + 1
             continue
-        # raw_decode from a "{" can only yield an object; the check keeps mypy and readers sure.
-        if isinstance(value, dict):
-            yield value
-        position = text.find("{", end)
+        value, position = found
+        yield value
+
+
+def _object_at(
+    decoder: json.JSONDecoder, text: str, start: int
+) -> tuple[dict[str, JSON], int] | None:
+    # A JSONDecodeError counts the lines from the start of the string it was given, so decoding
+    # the whole output at each brace made a long output full of braces quadratic. A slice keeps
+    # a failure's cost local; it grows only while the failure is at its end (a cut object).
+    size = _FIRST_SLICE
+    while True:
+        piece = text[start : start + size]
+        try:
+            value, end = decoder.raw_decode(piece)
+        except json.JSONDecodeError as error:
+            cut = start + size < len(text) and (
+                error.pos >= len(piece) - _CUT_MARGIN or error.msg.startswith("Unterminated")
+            )
+            if not cut:
+                return None
+            size *= 4
+            continue
+        except ValueError:
+            return None
+        return (value, start + end) if isinstance(value, dict) else None
 
 
 def read_usage(source: Mapping[str, JSON]) -> Usage | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from zeroshot_runner.records import Completed, Failed, Usage
 from zeroshot_runner.results import (
@@ -39,6 +40,33 @@ def test_a_broken_object_before_a_good_one_does_not_hide_it() -> None:
     text = '{"half": \n{"whole": 1}'
 
     assert last_json_object(text) == {"whole": 1}
+
+
+def test_objects_of_any_size_are_found_wherever_they_are_cut_in_reading() -> None:
+    # given objects whose end falls at every position around the reader's first 4 KiB slice,
+    # some ending in a literal or a number that a slice could cut in two
+    for size in range(4_050, 4_110):
+        for tail in ('"flag": true', '"count": 12345', '"name": "x"', '"nested": {"a": [1]}'):
+            padding = "x" * (size - len(tail))
+            text = f'Result: {{"pad": "{padding}", {tail}}} trailing'
+
+            # when / then
+            found = last_json_object(text)
+            assert found is not None, (size, tail)
+            assert found["pad"] == padding
+
+
+def test_a_long_output_full_of_braces_is_read_quickly() -> None:
+    # given 1.5 MB of code with braces that are not JSON, then the result
+    code = "def f(x):\n    return {x: [1, {\"k\": x}, {'a': x}]}\n" * 30_000
+    started = time.monotonic()
+
+    # when
+    found = last_json_object(code + '{"done": true}')
+
+    # then (reading from the start at each brace took minutes here)
+    assert found == {"done": True}
+    assert time.monotonic() - started < 10
 
 
 def test_a_json_agent_without_an_object_fails_as_retryable_with_the_output_tail() -> None:
