@@ -211,10 +211,9 @@ def test_heartbeats_keep_the_lease_while_the_agent_works(
 def test_a_lost_lease_stops_the_agent_and_reports_nothing(
     work_api: FakeWorkApi, tmp_path: Path
 ) -> None:
-    # given an agent that would run a minute, and a server that answers its heartbeat 409
+    # given an agent that would run a minute
     pids = tmp_path / "pids"
     task_id = work_api.add_task()
-    work_api.inject("/heartbeat", 409, body={"code": "lease_lost", "message": "re-claimed"})
     provider = command(
         agent_script(
             tmp_path,
@@ -227,13 +226,17 @@ def test_a_lost_lease_stops_the_agent_and_reports_nothing(
     )
 
     with runner_on(work_api, provider, lease=0.3) as runner:
-        # when the heartbeat learns the lease is gone
-        assert wait_until(lambda: pids.exists() and not running(pids_in(pids)[0]))
+        # when, once it runs, its heartbeat learns that the lease is gone
+        assert wait_until(pids.exists)
+        work_api.inject("/heartbeat", 409, body={"code": "lease_lost", "message": "re-claimed"})
+        assert wait_until(lambda: not running(pids_in(pids)[0]))
         assert wait_until(lambda: len(runner.reports) >= 1)
-        lost_lease = work_api.seen("/heartbeat")[0].body["lease_id"]
+        lost_lease = next(
+            beat.body["lease_id"] for beat in work_api.seen("/heartbeat") if beat.status == 409
+        )
 
-    # then the agent was stopped, and nothing was completed or failed under that lease
-    # (the lease, no longer extended, ran out, so the task was claimed again afterwards)
+    # then the agent was stopped, and nothing was completed or failed under that lease (the
+    # task may be claimed again once the lease, no longer extended, has run out)
     assert runner.reports[0].status == "lost"
     reports = work_api.seen(f"{task_id}/complete") + work_api.seen(f"{task_id}/fail")
     assert all(request.body["lease_id"] != lost_lease for request in reports)
@@ -274,7 +277,7 @@ def test_a_task_claimed_while_stopping_is_failed_without_being_started(
     # given an idle runner whose claim is long-polling
     caplog.set_level(logging.INFO, logger="zeroshot_runner")
     provider = scripted({"worker": [{"output": ["must not run"]}]})
-    with runner_on(work_api, provider, wait=5.0) as runner:
+    with runner_on(work_api, provider, wait=20.0) as runner:
         assert work_api.wait_for(lambda: work_api.polling == 1)
 
         # when it is told to stop, and only then a task arrives for that pending claim
