@@ -95,7 +95,7 @@ def test_a_text_agent_completes_with_its_output(tmp_path: Path) -> None:
 
 
 def test_a_non_zero_exit_fails_with_the_code_and_the_tail_of_stderr(tmp_path: Path) -> None:
-    # given an agent that writes much to stderr, ends with a telling line, and exits 3
+    # given an agent that writes much to stderr, ends with a telling line, and exits 1
     command = agent_script(
         tmp_path,
         """
@@ -103,7 +103,7 @@ def test_a_non_zero_exit_fails_with_the_code_and_the_tail_of_stderr(tmp_path: Pa
         sys.stderr.write("noise " * 2000)
         sys.stderr.write("\\nTraceback: ValueError: bad config\\n")
         print('{"ignored": true}')
-        sys.exit(3)
+        sys.exit(1)
         """,
     )
     job, _ = job_for(claim_for())
@@ -112,7 +112,7 @@ def test_a_non_zero_exit_fails_with_the_code_and_the_tail_of_stderr(tmp_path: Pa
 
     assert isinstance(outcome, Failed)
     assert outcome.retryable is True
-    assert outcome.error.startswith("the agent command exited with code 3; stderr: ")
+    assert outcome.error.startswith("the agent command exited with code 1; stderr: ")
     assert outcome.error.endswith("ValueError: bad config")
     # only the tail of stderr is quoted
     assert len(outcome.error) < 2_100
