@@ -1,0 +1,204 @@
+"""Run any CLI agent through the shell: prompt on stdin, stdout streamed, its JSON the result."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import IO
+
+from zeroshot_runner.processes import end_group
+from zeroshot_runner.providers.base import Job
+from zeroshot_runner.records import Claim, Failed, Outcome
+from zeroshot_runner.results import outcome_from_output
+
+# How much of stderr a failure quotes.
+STDERR_TAIL_CHARS = 2000
+# How often the wait for the agent looks at its stop signal and its deadline.
+_TICK = 0.05
+# Output pipes are drained this long after the agent's group is gone; longer means something
+# outside the group holds them open, and the readers are left behind rather than waited for.
+_DRAIN = 2.0
+# The runner's own key stays with the runner: agents hand their results back through it.
+_WITHHELD = ("ZEROSHOT_WEB_KEY",)
+
+
+class CommandProvider:
+    """Runs ``command`` with ``sh -c`` in a process group of its own, one process per task."""
+
+    def __init__(
+        self,
+        *,
+        command: str,
+        default_timeout: float,
+        kill_grace: float = 5.0,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        self.command = command
+        self.default_timeout = default_timeout
+        self.kill_grace = kill_grace
+        self.environment = dict(os.environ if environment is None else environment)
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
+
+    def run(self, job: Job) -> Outcome:
+        """Run the command for one task until it exits, times out or is stopped."""
+        claim = job.claim
+        timeout = claim.agent.timeout_ms / 1000 if claim.agent.timeout_ms else self.default_timeout
+        try:
+            process = subprocess.Popen(
+                self.command,
+                shell=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=self._environment_for(claim),
+            )
+        except OSError as error:
+            return Failed(error=f"the agent command could not start: {error}", retryable=True)
+        # start_new_session makes the agent the leader of a new group whose id is its pid.
+        group = process.pid
+        with self._lock:
+            self._groups.add(group)
+        try:
+            return self._watch(process, job, timeout=timeout)
+        finally:
+            with self._lock:
+                self._groups.discard(group)
+
+    def close(self) -> None:
+        """Kill every agent still running: the runner is exiting without waiting for them."""
+        with self._lock:
+            groups = list(self._groups)
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
+    def _watch(self, process: subprocess.Popen[bytes], job: Job, *, timeout: float) -> Outcome:
+        claim = job.claim
+        group = process.pid
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        stdout: list[str] = []
+        stderr = _Tail(STDERR_TAIL_CHARS)
+        exited = threading.Event()
+        helpers = [
+            _start(_feed, process.stdin, claim.prompt.encode("utf-8", errors="replace")),
+            _start(_read_lines, process.stdout, stdout, job),
+            _start(_read_tail, process.stderr, stderr),
+        ]
+        _start(_reap, process, exited)
+
+        deadline = time.monotonic() + timeout
+        ended_by = None
+        while not exited.wait(_TICK):
+            if job.stop.is_set():
+                ended_by = "stop"
+                break
+            if time.monotonic() >= deadline:
+                ended_by = "timeout"
+                break
+        # Whatever ended the run, nothing the agent started may outlive it.
+        end_group(group, grace=self.kill_grace)
+        exited.wait(self.kill_grace + 1.0)
+        for helper in helpers:
+            helper.join(_DRAIN)
+
+        if ended_by == "stop":
+            return Failed(error="the runner stopped the agent", retryable=True)
+        if ended_by == "timeout":
+            return Failed(
+                error=_with_stderr(
+                    f"the agent did not finish within {timeout:g} s and was killed", stderr
+                ),
+                retryable=True,
+            )
+        code = process.returncode
+        if code is None:
+            return Failed(error="the agent command did not end when killed", retryable=True)
+        if code != 0:
+            return Failed(error=_with_stderr(_exit_description(code), stderr), retryable=True)
+        return outcome_from_output("".join(stdout), wants_json=claim.agent.wants_json)
+
+    def _environment_for(self, claim: Claim) -> dict[str, str]:
+        environment = {
+            name: value for name, value in self.environment.items() if name not in _WITHHELD
+        }
+        # A script agent reads who it is from these instead of parsing its prompt.
+        environment.update(
+            ZEROSHOT_TASK_ID=claim.task_id,
+            ZEROSHOT_AGENT_ID=claim.agent_id,
+            ZEROSHOT_AGENT_ROLE=claim.agent.role,
+            ZEROSHOT_ITERATION=str(claim.iteration),
+            ZEROSHOT_CLUSTER_ID=claim.cluster_id or "",
+        )
+        if claim.agent.model:
+            environment["ZEROSHOT_AGENT_MODEL"] = claim.agent.model
+        return environment
+
+
+class _Tail:
+    """The last ``size`` characters of a stream, kept as it is read."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.text = ""
+
+    def add(self, chunk: str) -> None:
+        self.text = (self.text + chunk)[-self.size :]
+
+
+def _start(target: Callable[..., object], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def _feed(stdin: IO[bytes], prompt: bytes) -> None:
+    # An agent may exit without reading its prompt; that is its business, not an error here.
+    try:
+        stdin.write(prompt)
+        stdin.close()
+    except OSError:
+        pass
+
+
+def _read_lines(stdout: IO[bytes], lines: list[str], job: Job) -> None:
+    for raw in iter(stdout.readline, b""):
+        # A newline byte never occurs inside a UTF-8 sequence, so lines decode one at a time.
+        text = raw.decode("utf-8", errors="replace")
+        lines.append(text)
+        job.emit(text.rstrip("\r\n"))
+    stdout.close()
+
+
+def _read_tail(stderr: IO[bytes], tail: _Tail) -> None:
+    for raw in iter(stderr.readline, b""):
+        tail.add(raw.decode("utf-8", errors="replace"))
+    stderr.close()
+
+
+def _reap(process: subprocess.Popen[bytes], exited: threading.Event) -> None:
+    process.wait()
+    exited.set()
+
+
+def _exit_description(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"the agent command was killed by signal {name}"
+    return f"the agent command exited with code {code}"
+
+
+def _with_stderr(message: str, stderr: _Tail) -> str:
+    tail = stderr.text.strip()
+    return f"{message}; stderr: {tail}" if tail else f"{message}; stderr was empty"
