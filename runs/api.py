@@ -56,7 +56,7 @@ class ClaimIn(Schema):
     agents: list[str] = Field(default_factory=list, max_length=100)
     roles: list[str] = Field(default_factory=list, max_length=100)
     wait: float = Field(0, ge=0, le=WAIT_MAX, description="seconds to wait for a task")
-    lease: StrictInt | None = Field(None, ge=5, le=3600, description="seconds")
+    lease: float | None = Field(None, ge=5, le=3600, description="seconds")
     worker: str = Field("", max_length=128)
 
 
@@ -188,7 +188,7 @@ def _claim_once(payload: ClaimIn, cluster: str | None) -> services.Claim | None:
             cluster_id=cluster,
             agents=payload.agents,
             roles=payload.roles,
-            lease_seconds=payload.lease,
+            lease_seconds=round(payload.lease) if payload.lease is not None else None,
             worker=payload.worker,
         )
     finally:
