@@ -67,6 +67,8 @@ class ScriptJob:
 
 def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
     """Run ``job`` in a sandbox worker and return the prelude's report, or why it failed."""
+    if not _is_unicode(job.script):
+        return LogicError("script", "the script holds a lone surrogate, which is not Unicode text")
     for _ in range(2):
         try:
             worker = _POOL.acquire()
@@ -83,6 +85,14 @@ def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
             _POOL.release(worker)
         return _outcome(reply, job.time_limit)
     return LogicError("crash", "the sandbox process died before it could take the script")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _outcome(
