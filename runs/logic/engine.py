@@ -19,6 +19,7 @@ it once.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -119,6 +120,10 @@ class _WorkerGone(Exception):
     """The worker was dead before the request could be sent."""
 
 
+class _WorkerDied(Exception):
+    """The worker closed its output before it answered: it died while running the script."""
+
+
 class _Worker:
     """One sandbox process and the view it holds."""
 
@@ -152,13 +157,21 @@ class _Worker:
             for part in parts:
                 stdin.write(part)
             stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
+        except OSError as exc:
             raise _WorkerGone from exc
         self.view_key = job.view.key
         deadline = time.monotonic() + job.time_limit + WALL_GRACE_S
-        reply = self._read_reply(deadline)
+        try:
+            reply = self._read_reply(deadline)
+        except _WorkerDied:
+            return self._died()
         if reply is None:
-            return self._failure(job.time_limit)
+            # Still running past the wall deadline: a built-in that never checks the time.
+            self.close()
+            logger.warning(
+                "a logic script ignored its %g s limit; its worker was killed", job.time_limit
+            )
+            return _timeout(job.time_limit)
         answer: dict[str, JSON] = json.loads(reply)
         return answer
 
@@ -180,19 +193,15 @@ class _Worker:
                     return None
                 chunk = os.read(stdout.fileno(), remaining)
                 if not chunk:
-                    return None
+                    raise _WorkerDied
                 chunks.append(chunk)
                 remaining -= len(chunk)
         return b"".join(chunks)
 
-    def _failure(self, time_limit: float) -> LogicError:
-        if self.process.poll() is None:
-            # Still running past the wall deadline: a built-in that never checks the time.
-            self.close()
-            logger.warning(
-                "a logic script ignored its %g s limit; its worker was killed", time_limit
-            )
-            return _timeout(time_limit)
+    def _died(self) -> LogicError:
+        # The pipe closes a moment before the process can be reaped: wait for its status.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
         self.close()
         code = self.process.returncode
         died = f"exit status {code}"
