@@ -19,6 +19,7 @@ it once.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -67,6 +68,8 @@ class ScriptJob:
 
 def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
     """Run ``job`` in a sandbox worker and return the prelude's report, or why it failed."""
+    if not _is_unicode(job.script):
+        return LogicError("script", "the script holds a lone surrogate, which is not Unicode text")
     for _ in range(2):
         try:
             worker = _POOL.acquire()
@@ -83,6 +86,14 @@ def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
             _POOL.release(worker)
         return _outcome(reply, job.time_limit)
     return LogicError("crash", "the sandbox process died before it could take the script")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _outcome(
@@ -107,6 +118,10 @@ def _timeout(time_limit: float) -> LogicError:
 
 class _WorkerGone(Exception):
     """The worker was dead before the request could be sent."""
+
+
+class _WorkerDied(Exception):
+    """The worker closed its output before it answered: it died while running the script."""
 
 
 class _Worker:
@@ -142,13 +157,21 @@ class _Worker:
             for part in parts:
                 stdin.write(part)
             stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
+        except OSError as exc:
             raise _WorkerGone from exc
         self.view_key = job.view.key
         deadline = time.monotonic() + job.time_limit + WALL_GRACE_S
-        reply = self._read_reply(deadline)
+        try:
+            reply = self._read_reply(deadline)
+        except _WorkerDied:
+            return self._died()
         if reply is None:
-            return self._failure(job.time_limit)
+            # Still running past the wall deadline: a built-in that never checks the time.
+            self.close()
+            logger.warning(
+                "a logic script ignored its %g s limit; its worker was killed", job.time_limit
+            )
+            return _timeout(job.time_limit)
         answer: dict[str, JSON] = json.loads(reply)
         return answer
 
@@ -170,19 +193,15 @@ class _Worker:
                     return None
                 chunk = os.read(stdout.fileno(), remaining)
                 if not chunk:
-                    return None
+                    raise _WorkerDied
                 chunks.append(chunk)
                 remaining -= len(chunk)
         return b"".join(chunks)
 
-    def _failure(self, time_limit: float) -> LogicError:
-        if self.process.poll() is None:
-            # Still running past the wall deadline: a built-in that never checks the time.
-            self.close()
-            logger.warning(
-                "a logic script ignored its %g s limit; its worker was killed", time_limit
-            )
-            return _timeout(time_limit)
+    def _died(self) -> LogicError:
+        # The pipe closes a moment before the process can be reaped: wait for its status.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
         self.close()
         code = self.process.returncode
         died = f"exit status {code}"

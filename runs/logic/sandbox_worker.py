@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import quickjs
 
 PRELUDE = (Path(__file__).resolve().parent / "prelude.js").read_text(encoding="utf-8")
-# A backstop under the QuickJS cap: no allocation that escapes it can take the machine's memory.
+# A backstop behind the QuickJS cap: an allocation that escapes it still cannot take the machine.
 ADDRESS_SPACE_LIMIT = 2 * 1024 * 1024 * 1024
 _HEADER = 4
 

@@ -102,6 +102,16 @@ def test_every_kind_of_failure_is_a_script_error(script: str, text: str) -> None
     assert text in outcome.message
 
 
+def test_a_script_that_is_not_unicode_text_is_an_error() -> None:
+    # JSON can carry a lone surrogate ("\\ud800"), which no engine can read as source text
+    outcome = trigger("return '\ud800';")
+
+    assert outcome == LogicError(
+        "script", "the script holds a lone surrogate, which is not Unicode text"
+    )
+    assert_still_works()
+
+
 def test_error_text_is_at_most_2000_characters() -> None:
     outcome = trigger("throw new Error('x'.repeat(10000));")
 
