@@ -27,6 +27,7 @@ from context.cluster_templates import (
     template_parse,
     template_resolve,
 )
+from context.cluster_templates.actions import template_actions_check
 from context.models import ClusterTemplate, ClusterTemplateVersion
 from context.strategy import strategy_validate_agents
 from ledger import interfaces as ledger
@@ -146,9 +147,10 @@ def template_check(body: JSON) -> TemplateCheck:
     except TemplateError as error:
         return TemplateCheck(errors=_problems(error), warnings=warnings)
     report = strategy_validate_agents(agents)
+    actions = template_actions_check(_every_agent(body))
     return TemplateCheck(
-        errors=[issue.to_dict() for issue in report.errors],
-        warnings=warnings + [issue.to_dict() for issue in report.warnings],
+        errors=[issue.to_dict() for issue in report.errors] + list(actions.errors),
+        warnings=warnings + [issue.to_dict() for issue in report.warnings] + list(actions.warnings),
     )
 
 

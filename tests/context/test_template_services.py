@@ -179,3 +179,25 @@ def test_cluster_from_template_errors() -> None:
         cluster_create_from_template(template_name="small", params={})
     made = cluster_create_from_template(template_name="small", params={"task_type": "TASK"})
     assert made.agents[0]["prompt"]["system"] == "Do the TASK well."
+
+
+def test_hooks_that_would_run_shell_commands_refuse_the_template() -> None:
+    # given a template whose agent verifies pull requests on completion
+    body = {
+        "name": "pushes",
+        "agents": [
+            {
+                "id": "pusher",
+                "role": "completion-detector",
+                "prompt": "Push.",
+                "triggers": [{"topic": "VALIDATION_RESULT", "action": "execute_task"}],
+                "hooks": {"onComplete": {"action": "verify_pull_request"}},
+            }
+        ],
+    }
+    # when it is checked, then it is refused, naming the agent and why
+    check = template_check(body)
+    assert not check.valid
+    [error] = [e for e in check.errors if e["field"] == "agents[0].hooks.onComplete.action"]
+    assert error["agent"] == "pusher"
+    assert "never runs shell commands" in str(error["message"])
