@@ -98,7 +98,7 @@ def main() -> None:
         lb.django_setup(Path(tmp))
         from django.db import connection
 
-        import context.services as services
+        import context.services.builds as services
         from context.cluster_templates import template_builtin_list, template_resolve
         from ledger.bus import bus
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.filters import MessageFilter
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_PATH = ROOT / "bench" / "results" / "ledger.json"
 
@@ -445,6 +443,7 @@ def analyze() -> float:
 
 
 def latest_five(cluster_id: str) -> list[Any]:
+    from ledger.filters import MessageFilter
     from ledger.selectors import message_query
 
     return message_query(

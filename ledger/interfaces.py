@@ -12,7 +12,7 @@ from ledger.bus import Subscription, bus, cluster_group
 from ledger.consumers import websocket_refusal
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
-from ledger.keys import require_cluster, scoped_cluster
+from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
 from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
@@ -67,6 +67,7 @@ __all__ = [
     "Subscription",
     "TooLarge",
     "Writes",
+    "api_key_create",
     "bus",
     "cluster_create",
     "cluster_exists",

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ledger.keys import api_key_create
+from ledger.interfaces import api_key_create
 from zeroshot_runner.cli import main as runner_main
 
 
