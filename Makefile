@@ -18,10 +18,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## Set up, fill an embedded SQLite database with demo data, serve the dashboard on :8000.
+run: export DJANGO_DEBUG = 1
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo
-	DJANGO_DEBUG=1 $(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) manage.py runserver $(HOST):$(PORT)
 
 ## Set up and run the whole suite: lint, then SQLite (with the browser), then PostgreSQL + Redis.
 test: $(STAMP) chromium lint test-sqlite test-postgres

@@ -16,10 +16,12 @@ from ledger.keys import api_key_create
 from ledger.services import MessageDraft, cluster_create, message_publish
 from tests.conftest import ApiClient
 from zeroshot_web.asgi import application
+from zeroshot_web.settings import redis_channel_layer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# The suite's own Redis database, never the default one that other programs use.
+REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/4"
 
 
 async def connect(
@@ -137,14 +139,7 @@ def test_browser_from_a_foreign_origin_is_refused(cluster: str, api_key: str) ->
     assert asyncio.run(scenario()) is False
 
 
-@override_settings(
-    CHANNEL_LAYERS={
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
-        }
-    }
-)
+@override_settings(CHANNEL_LAYERS={"default": redis_channel_layer(REDIS_URL)})
 def test_pushes_travel_through_the_real_redis_layer(api_key: str) -> None:
     # Redis is shared by every test run on the machine: a cluster of our own keeps its group ours.
     cluster = cluster_create(cluster_id=f"redis-{uuid.uuid4().hex[:12]}").id
@@ -165,5 +160,35 @@ def test_pushes_travel_through_the_real_redis_layer(api_key: str) -> None:
 
         assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
         assert asyncio.run(scenario())["data"]["topic"] == "VIA_REDIS"
+    finally:
+        channel_layers.backends.pop("default", None)
+
+
+# Longer than every timeout of the Redis client and of channels_redis's blocking reads (5 s).
+IDLE_SECONDS = 30
+
+
+@override_settings(CHANNEL_LAYERS={"default": redis_channel_layer(REDIS_URL)})
+def test_an_idle_socket_stays_open_on_redis_and_still_receives_a_push(api_key: str) -> None:
+    cluster = cluster_create(cluster_id=f"redis-idle-{uuid.uuid4().hex[:12]}").id
+    channel_layers.backends.pop("default", None)
+    try:
+
+        async def scenario() -> tuple[bool, dict[str, Any]]:
+            client, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}")
+            assert ok
+            # Nothing at all happens on the socket meanwhile: no push, no ping.
+            idle = await client.receive_nothing(timeout=IDLE_SECONDS, interval=1)
+            await database_sync_to_async(message_publish)(
+                cluster_id=cluster, draft=MessageDraft(topic="AFTER_IDLE", sender="s")
+            )
+            event = await client.receive_json_from(timeout=10)
+            await client.disconnect()
+            return idle, event
+
+        idle, event = asyncio.run(scenario())
+
+        assert idle is True
+        assert event["data"]["topic"] == "AFTER_IDLE"
     finally:
         channel_layers.backends.pop("default", None)
