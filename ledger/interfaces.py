@@ -2,14 +2,15 @@
 
 Other apps import from here, or from the two modules that need no Django at all:
 ``ledger.records`` (the frozen records and the replay policy) and ``ledger.errors`` (the one
-error hierarchy). Nothing here hands out a model instance. ``pyproject.toml``'s import contracts
-check this.
+error hierarchy). The bounds every input is checked against (``ledger.validation``, Django-free
+too) are here, so that the API, the pages and the commands of every app check alike. Nothing
+here hands out a model instance. ``pyproject.toml``'s import contracts check this.
 """
 
 from __future__ import annotations
 
 from ledger.bus import Subscription, bus, cluster_group
-from ledger.consumers import websocket_refusal
+from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
 from ledger.keys import require_cluster, scoped_cluster
@@ -43,9 +44,30 @@ from ledger.services import (
     message_publish_batch,
     now_ms,
 )
+from ledger.validation import (
+    AGENT_ID_PATTERN,
+    INT32_MAX,
+    INT64_MAX,
+    TIMESTAMP_MAX,
+    JsonValueError,
+    agent_id_problem,
+    agent_ids_problems,
+    integer_check,
+    integer_problem,
+    json_check,
+    json_encode_checked,
+    text_check,
+    text_problem,
+    timestamp_check,
+    timestamp_problem,
+)
 
 __all__ = [
+    "AGENT_ID_PATTERN",
+    "INT32_MAX",
+    "INT64_MAX",
     "JSON",
+    "TIMESTAMP_MAX",
     "Batch",
     "ClusterDetailOut",
     "ClusterOut",
@@ -56,6 +78,7 @@ __all__ = [
     "Forbidden",
     "ImportedMessage",
     "InvalidInput",
+    "JsonValueError",
     "MessageDraft",
     "MessageFilter",
     "MessageOut",
@@ -66,6 +89,8 @@ __all__ = [
     "Subscription",
     "TooLarge",
     "Writes",
+    "agent_id_problem",
+    "agent_ids_problems",
     "bus",
     "cluster_create",
     "cluster_exists",
@@ -75,6 +100,10 @@ __all__ = [
     "cluster_state_set",
     "cluster_transaction",
     "drafts_check",
+    "integer_check",
+    "integer_problem",
+    "json_check",
+    "json_encode_checked",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",
@@ -91,5 +120,10 @@ __all__ = [
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",
+    "text_check",
+    "text_problem",
+    "timestamp_check",
+    "timestamp_problem",
     "websocket_refusal",
+    "websocket_refuse",
 ]

@@ -6,6 +6,7 @@ import re
 import secrets
 from collections.abc import Mapping
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger.errors import Conflict, InvalidInput
@@ -15,6 +16,13 @@ from ledger.selectors import cluster_record
 from ledger.services.names import ADJECTIVES, NOUNS
 from ledger.services.publish import now_ms
 from ledger.services.writer import cluster_transaction
+from ledger.validation import (
+    JsonValueError,
+    agent_ids_problems,
+    json_encode_checked,
+    text_problem,
+    timestamp_problem,
+)
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -44,14 +52,15 @@ def cluster_create(
             f"unknown cluster state {state!r}",
             details={"field": "state", "allowed": ClusterState.values},
         )
-    if config is not None and not isinstance(config, Mapping):
-        raise InvalidInput("config must be an object", details={"field": "config"})
-    config_dict = dict(config or {})
-    agents = config_dict.get("agents", [])
-    if not isinstance(agents, list) or not all(isinstance(a, dict) for a in agents):
+    config_dict = cluster_config_check(config)
+    params_dict = dict(params or {})
+    _json_check(params_dict, field="params")
+    if template and (len(template) > 128 or text_problem(template) is not None):
         raise InvalidInput(
-            "config.agents must be a list of objects", details={"field": "config.agents"}
+            "template must be a name of 1-128 storable characters", details={"field": "template"}
         )
+    if created_at is not None and (problem := timestamp_problem(created_at)) is not None:
+        raise InvalidInput(f"created_at {problem}", details={"field": "created_at"})
     for _ in range(20):
         candidate = cluster_id or cluster_id_generate()
         try:
@@ -62,7 +71,7 @@ def cluster_create(
                     state=state,
                     config=config_dict,
                     template=template,
-                    params=dict(params or {}),
+                    params=params_dict,
                 )
         except IntegrityError as error:
             if cluster_id is not None:
@@ -72,6 +81,40 @@ def cluster_create(
             continue
         return cluster_record(cluster)
     raise Conflict("could not find a free cluster id; give one explicitly")
+
+
+def cluster_config_check(config: Mapping[str, JSON] | None) -> dict[str, JSON]:
+    """A cluster config as it may be stored: an object whose ``agents`` is a list of objects,
+    each with an id of SPEC §4, unique; JSON a database can store (``ledger.validation``)."""
+    if config is not None and not isinstance(config, Mapping):
+        raise InvalidInput("config must be an object", details={"field": "config"})
+    config_dict = dict(config or {})
+    agents = config_dict.get("agents", [])
+    if not isinstance(agents, list) or not all(isinstance(a, dict) for a in agents):
+        raise InvalidInput(
+            "config.agents must be a list of objects", details={"field": "config.agents"}
+        )
+    for where, problem in agent_ids_problems(agents, where="config.agents"):
+        raise InvalidInput(f"{where} {problem}", details={"field": where})
+    seen: set[str] = set()
+    for index, agent in enumerate(agents):
+        if agent["id"] in seen:
+            where = f"config.agents[{index}].id"
+            raise InvalidInput(
+                f"{where} {agent['id']!r} is used by another agent of the config",
+                details={"field": where},
+            )
+        seen.add(agent["id"])
+    _json_check(config_dict, field="config")
+    return config_dict
+
+
+def _json_check(value: JSON, *, field: str) -> None:
+    try:
+        json_encode_checked(value, max_depth=settings.LEDGER_MAX_JSON_DEPTH)
+    except JsonValueError as error:
+        where = f"{field}{error.path}"
+        raise InvalidInput(f"{where} {error.problem}", details={"field": where}) from None
 
 
 def cluster_state_set(*, cluster_id: str, state: str) -> None:

@@ -114,7 +114,7 @@ class ClusterWriter:
         repeat returns the message stored for its key (SPEC §1.1). ``now`` is the clock the
         timestamps start from; ``single`` names fields without a batch index in errors.
         """
-        drafts_check(drafts, single=single)
+        drafts_check(drafts, single=single, now=now)
         plan = _IdempotencyPlan.make(cluster=self._cluster, drafts=drafts)
         if plan.fresh:
             base = self._first_timestamp(plan.fresh, now=now)
