@@ -20,6 +20,9 @@ from context.services.templates import (
 )
 from context.strategy import strategy_validate, strategy_validate_agents
 from ledger.interfaces import (
+    INT32_MAX,
+    INT64_MAX,
+    TIMESTAMP_MAX,
     ClusterDetailOut,
     ClusterOut,
     ClusterRecord,
@@ -31,6 +34,7 @@ from ledger.interfaces import (
     require_cluster,
     scoped_cluster,
 )
+from ledger.records import TOPIC_PATTERN
 
 router = Router(tags=["context"])
 
@@ -79,9 +83,9 @@ def clusters_get(request: HttpRequest, cluster_id: str) -> ClusterRecord:
 
 
 class TriggerIn(Schema):
-    topic: str
-    sender: str
-    receiver: str | None = None
+    topic: str = Field(pattern=TOPIC_PATTERN)
+    sender: str = Field(min_length=1, max_length=128)
+    receiver: str | None = Field(None, min_length=1, max_length=128)
     content: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
 
@@ -93,15 +97,19 @@ class BuildIn(Schema):
     agent: dict[str, Any] | None = Field(
         None, description="an agent config given inline instead of the cluster's"
     )
-    iteration: StrictInt | None = Field(None, ge=1)
-    triggering_message_id: str | None = None
+    iteration: StrictInt | None = Field(None, ge=1, le=INT32_MAX)
+    triggering_message_id: str | None = Field(None, min_length=1, max_length=128)
     triggering_message: TriggerIn | None = None
-    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1, le=INT32_MAX)
     strategy: dict[str, Any] | None = Field(
         None, description="a contextStrategy overriding the agent's"
     )
-    as_of_sequence: StrictInt | None = Field(None, ge=1, description="implies preview")
-    as_of_timestamp: StrictInt | None = Field(None, ge=0, description="implies preview")
+    as_of_sequence: StrictInt | None = Field(
+        None, ge=1, le=INT64_MAX, description="implies preview"
+    )
+    as_of_timestamp: StrictInt | None = Field(
+        None, ge=0, le=TIMESTAMP_MAX, description="implies preview"
+    )
     preview: StrictBool = False
 
 
@@ -130,8 +138,10 @@ class BuildPageOut(Schema):
 
 
 class BuildQueryIn(Schema):
-    agent_id: str | None = None
-    before: int | None = Field(None, description="id of the last build of the previous page")
+    agent_id: str | None = Field(None, min_length=1, max_length=128)
+    before: int | None = Field(
+        None, ge=1, le=INT64_MAX, description="id of the last build of the previous page"
+    )
     limit: int = Field(selectors.DEFAULT_PAGE, ge=1, le=500)
 
 
@@ -207,9 +217,17 @@ class TemplateDetailOut(TemplateOut):
     body: dict[str, Any]
 
 
+def _scoped_template(request: HttpRequest) -> str | None:
+    """For a key limited to one cluster, the template that cluster came from ("" if none)."""
+    scoped = scoped_cluster(request)
+    return None if scoped is None else cluster_get(cluster_id=scoped).template or ""
+
+
 @router.get("/templates", response=list[TemplateOut], summary="List cluster templates")
 def templates_list(request: HttpRequest) -> list[TemplateRecord]:
-    return template_list()
+    # A key limited to one cluster sees only the template of its cluster.
+    only = _scoped_template(request)
+    return template_list() if only is None else [t for t in template_list() if t.name == only]
 
 
 class TemplateValidateIn(Schema):
@@ -224,4 +242,10 @@ def templates_validate(request: HttpRequest, payload: TemplateValidateIn) -> dic
 
 @router.get("/templates/{name}", response=TemplateDetailOut, summary="One cluster template")
 def templates_get(request: HttpRequest, name: str) -> TemplateRecord:
+    only = _scoped_template(request)
+    if only is not None and name != only:
+        raise Forbidden(
+            "a key limited to one cluster reads only the template of that cluster",
+            details={"template": name},
+        )
     return template_get(name=name)

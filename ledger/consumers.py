@@ -56,6 +56,13 @@ def websocket_refusal_sync(scope: dict[str, Any], cluster_id: str, *, keys: bool
 websocket_refusal = database_sync_to_async(websocket_refusal_sync)
 
 
+async def websocket_refuse(consumer: Any, code: int) -> None:
+    """Accept, then close with ``code``: a handshake refused outright reaches clients as an
+    HTTP 403 in which no close code survives, so they could not tell why."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
 class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """Sends ``{"type": "message", "data": <message>}`` for each new message of one cluster."""
 
@@ -65,7 +72,7 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
         refusal = await websocket_refusal(self.scope, cluster_id)
         if refusal:
-            await self.close(code=refusal)
+            await websocket_refuse(self, refusal)
             return
         self.group = cluster_group(cluster_id)
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so that it shapes the API's errors from every layer below, 500s included.
+    "zeroshot_web.middleware.ApiErrorShapeMiddleware",
+    "zeroshot_web.middleware.UnstorableInputMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -109,7 +113,6 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "zeroshot_web.middleware.ContentSecurityPolicyMiddleware",
-    "zeroshot_web.middleware.ApiErrorShapeMiddleware",
 ]
 
 ROOT_URLCONF = "zeroshot_web.urls"
@@ -266,3 +269,10 @@ API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 # Requests per API key on the agent API, as "N/s", "N/m" or "N/h"; empty turns the limit off.
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "50/s").strip() or None
+if API_RATE_LIMIT and not re.fullmatch(
+    r"[1-9][0-9]*/[0-9]*(s|sec|m|min|h|hour|d|day)", API_RATE_LIMIT
+):
+    raise ImproperlyConfigured(
+        "API_RATE_LIMIT is requests per period such as 50/s, 600/m or 10/5s; "
+        f"got {API_RATE_LIMIT!r}"
+    )

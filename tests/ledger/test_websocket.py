@@ -80,36 +80,47 @@ def test_messages_arrive_in_sequence_order(cluster: str, api_key: str) -> None:
     assert asyncio.run(scenario()) == ["1", "2", "3", "4", "5"]
 
 
-def test_anonymous_and_bad_keys_are_refused(cluster: str) -> None:
-    async def scenario() -> list[tuple[bool, Any]]:
-        results = []
-        for path in (f"/ws/clusters/{cluster}/", f"/ws/clusters/{cluster}/?key=zsk_nope_nope"):
-            _, ok, code = await connect(path)
-            results.append((ok, code))
-        return results
+async def close_code(path: str) -> Any:
+    """Connect; the code the server closes with at once (a refusal), or None if it stays open.
 
-    assert asyncio.run(scenario()) == [(False, 4401), (False, 4401)]
+    A refusal accepts the socket first and then closes it, so that the close code reaches the
+    client: a handshake refused outright is an HTTP 403 with no code in it.
+    """
+    client, ok, _ = await connect(path)
+    assert ok, "refusals accept the socket, then close it with a code"
+    if await client.receive_nothing(timeout=0.3):
+        await client.disconnect()
+        return None
+    closing = await client.receive_output()
+    assert closing["type"] == "websocket.close"
+    return closing.get("code")
 
 
-def test_scoped_key_is_refused_on_other_clusters_and_unknown_cluster(cluster: str) -> None:
+def test_anonymous_and_bad_keys_are_closed_with_4401(cluster: str) -> None:
+    async def scenario() -> list[Any]:
+        return [
+            await close_code(f"/ws/clusters/{cluster}/"),
+            await close_code(f"/ws/clusters/{cluster}/?key=zsk_nope_nope"),
+            await close_code(f"/ws/clusters/{cluster}/?key=zsk_a%00b_c"),
+        ]
+
+    assert asyncio.run(scenario()) == [4401, 4401, 4401]
+
+
+def test_scoped_key_is_closed_on_other_clusters_and_unknown_cluster(cluster: str) -> None:
     other = cluster_create(cluster_id="other").id
     _, scoped = api_key_create(name="scoped", cluster_id=cluster)
     _, unscoped = api_key_create(name="all")
 
-    async def scenario() -> list[tuple[bool, Any]]:
-        results = []
-        for path in (
-            f"/ws/clusters/{other}/?key={scoped}",
-            f"/ws/clusters/{cluster}/?key={scoped}",
-            f"/ws/clusters/missing/?key={unscoped}",
-        ):
-            client, ok, code = await connect(path)
-            results.append((ok, code))
-            if ok:
-                await client.disconnect()
-        return results
+    async def scenario() -> list[Any]:
+        return [
+            await close_code(f"/ws/clusters/{other}/?key={scoped}"),
+            await close_code(f"/ws/clusters/{cluster}/?key={scoped}"),
+            await close_code(f"/ws/clusters/missing/?key={unscoped}"),
+            await close_code(f"/ws/clusters/bad%00id/?key={unscoped}"),
+        ]
 
-    assert asyncio.run(scenario()) == [(False, 4403), (True, None), (False, 4404)]
+    assert asyncio.run(scenario()) == [4403, None, 4404, 4404]
 
 
 def test_signed_in_operator_session_is_accepted(cluster: str) -> None:
