@@ -25,6 +25,8 @@ class ApiKeyIdentity:
     id: int
     name: str
     cluster_id: str | None
+    # The key's public, random part: names it in counters that outlive a database (rate limits).
+    prefix: str = ""
 
     def may_access(self, cluster_id: str) -> bool:
         return self.cluster_id is None or self.cluster_id == cluster_id
@@ -49,7 +51,10 @@ def api_key_create(*, name: str, cluster_id: str | None = None) -> tuple[ApiKeyI
     key = ApiKey.objects.create(
         name=name.strip(), prefix=prefix, key_hash=_digest(plain), cluster_id=cluster_id
     )
-    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id), plain
+    identity = ApiKeyIdentity(
+        id=key.pk, name=key.name, cluster_id=key.cluster_id, prefix=key.prefix
+    )
+    return identity, plain
 
 
 def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
@@ -61,7 +66,7 @@ def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
     key = ApiKey.objects.filter(prefix=parts[1]).first()
     if key is None or not hmac.compare_digest(key.key_hash, _digest(plain)):
         return None
-    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id)
+    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id, prefix=key.prefix)
 
 
 def require_cluster(request: HttpRequest, cluster_id: str) -> None:

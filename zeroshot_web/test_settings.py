@@ -14,3 +14,6 @@ os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-key-never-used-outside-the
 from zeroshot_web.settings import *  # noqa: F403
 
 API_RATE_LIMIT = None
+# The pipeline runs in the committing thread (tests/conftest.py says so for every test too):
+# no worker thread starts when a test module imports the ASGI application.
+PIPELINE_MODE = "inline"

@@ -56,7 +56,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         limit, seconds = rate_parse(rate)
         now = time.time()
         window = int(now // seconds)
-        key = f"ratelimit:{identity.id}:{seconds}:{window}"
+        key = f"ratelimit:{identity.prefix}:{seconds}:{window}"
         # A little longer than the window, so that a counter never vanishes inside it.
         if cache.add(key, 1, timeout=seconds + 1):
             count = 1

@@ -14,7 +14,7 @@ recorded context build, a state snapshot — happens inside ``cluster_transactio
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
@@ -116,6 +116,7 @@ class ClusterWriter:
         """
         drafts_check(drafts, single=single, now=now)
         plan = _IdempotencyPlan.make(cluster=self._cluster, drafts=drafts)
+        self._ids_check(draft for _, draft, _ in plan.fresh)
         if plan.fresh:
             base = self._first_timestamp(plan.fresh, now=now)
             rows = [
@@ -243,16 +244,27 @@ class ClusterWriter:
             body_hash=body_hash,
         )
 
+    def _ids_check(self, drafts: Iterable[MessageDraft]) -> None:
+        """Refuse publisher-given ids that the cluster (or the batch) already has (409).
+
+        Checked before the insert, under the cluster's lock, so that the unique constraint
+        never has to speak: its error names the database's constraint, not the message.
+        """
+        given: list[str] = []
+        for draft in drafts:
+            if draft.id is not None:
+                if draft.id in given:
+                    raise _id_taken(draft.id, cluster_id=self.cluster_id)
+                given.append(draft.id)
+        if not given or self._cluster.last_sequence == 0:
+            return
+        taken = Message.objects.filter(cluster=self._cluster, message_id__in=given).first()
+        if taken is not None:
+            raise _id_taken(taken.message_id, cluster_id=self.cluster_id)
+
     @staticmethod
     def _insert(rows: list[Message]) -> None:
-        try:
-            Message.objects.bulk_create(rows)
-        except IntegrityError as error:
-            # Only a publisher-given id can collide: sequences are allocated under the lock.
-            raise Conflict(
-                "a message with this id already exists in the cluster",
-                details={"ids": [row.message_id for row in rows]},
-            ) from error
+        Message.objects.bulk_create(rows)
 
     def _advance(self, records: Sequence[MessageRecord]) -> None:
         """Move the cluster's sequence and clock past ``records``; ending topics move its state."""
@@ -276,6 +288,13 @@ class ClusterWriter:
                 ).values_list("message_id", flat=True)
             )
         return present
+
+
+def _id_taken(message_id: str, *, cluster_id: str) -> Conflict:
+    return Conflict(
+        f"a message with id {message_id!r} already exists in the cluster",
+        details={"id": message_id, "cluster_id": cluster_id},
+    )
 
 
 @dataclass
