@@ -3,8 +3,9 @@
 Other apps import from here, or from the two modules that need no Django at all:
 ``ledger.records`` (the frozen records and the replay policy) and ``ledger.errors`` (the one
 error hierarchy). The bounds every input is checked against (``ledger.validation``, Django-free
-too) are here, so that the API, the pages and the commands of every app check alike. Nothing
-here hands out a model instance. ``pyproject.toml``'s import contracts check this.
+too, so that the pure cores may import it directly) are here, so that the API, the pages and the
+commands of every app check alike. Nothing here hands out a model instance.
+``pyproject.toml``'s import contracts check this.
 """
 
 from __future__ import annotations

@@ -558,3 +558,27 @@ def test_without_a_rate_there_is_no_limit(api: ApiClient, cluster: str) -> None:
     statuses = {api.get(f"/api/v1/clusters/{cluster}/messages").status_code for _ in range(60)}
 
     assert statuses == {200}
+
+
+# --- 4: agent ids -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent_id", ["team/worker", "", "x" * 65, "über", "ok\n"])
+def test_a_config_whose_agent_id_breaks_spec_4_is_422_and_makes_no_cluster(
+    api: ApiClient, agent_id: str
+) -> None:
+    config = {"agents": [{"id": "fine", "role": "r"}, {"id": agent_id, "role": "r"}]}
+
+    response = api.post("/api/v1/clusters", {"id": "odd-agents", "config": config})
+
+    body = error_shape(response, 422)
+    assert body["message"].startswith("config.agents[1].id must be 1-64 letters")
+    assert not Cluster.objects.filter(pk="odd-agents").exists()
+
+
+def test_a_config_with_the_same_agent_twice_is_422(api: ApiClient) -> None:
+    config = {"agents": [{"id": "w", "role": "r"}, {"id": "w", "role": "r"}]}
+
+    response = api.post("/api/v1/clusters", {"id": "twice", "config": config})
+
+    assert "is used by another agent" in error_shape(response, 422)["message"]
