@@ -18,7 +18,16 @@ from ledger.keys import require_cluster, scoped_cluster
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
 from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
-from ledger.schemas import ClusterDetailOut, ClusterOut, MessageOut
+from ledger.schemas import (
+    ANY_ERRORS,
+    BODY_ERRORS,
+    READ_ERRORS,
+    ClusterDetailOut,
+    ClusterOut,
+    ErrorOut,
+    MessageOut,
+    error_responses,
+)
 from ledger.selectors import (
     cluster_exists,
     cluster_get,
@@ -65,9 +74,12 @@ from ledger.validation import (
 
 __all__ = [
     "AGENT_ID_PATTERN",
+    "ANY_ERRORS",
+    "BODY_ERRORS",
     "INT32_MAX",
     "INT64_MAX",
     "JSON",
+    "READ_ERRORS",
     "TIMESTAMP_MAX",
     "Batch",
     "ClusterDetailOut",
@@ -76,6 +88,7 @@ __all__ = [
     "ClusterState",
     "ClusterWriter",
     "Conflict",
+    "ErrorOut",
     "Forbidden",
     "ImportedMessage",
     "InvalidInput",
@@ -101,6 +114,7 @@ __all__ = [
     "cluster_state_set",
     "cluster_transaction",
     "drafts_check",
+    "error_responses",
     "integer_check",
     "integer_problem",
     "json_check",

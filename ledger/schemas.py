@@ -15,6 +15,28 @@ from ledger.services import MessageDraft
 from ledger.validation import INT64_MAX, TIMESTAMP_MAX
 
 
+class ErrorOut(Schema):
+    """Every error of the API (SPEC §6.1); ``code`` is stable, ``message`` is for people."""
+
+    code: str = Field(description="e.g. validation_error, not_found, conflict, too_large")
+    message: str
+    details: Any = None
+
+
+# Every operation: a bad key, a bad query or path value, a rate limit.
+ANY_ERRORS = (401, 422, 429)
+# Operations on one cluster (or another named thing): also scoped keys and missing things.
+READ_ERRORS = (*ANY_ERRORS, 403, 404)
+# Operations with a body: also unreadable and oversized bodies.
+BODY_ERRORS = (*ANY_ERRORS, 400, 413)
+
+
+def error_responses(*statuses: int) -> dict[int, type[ErrorOut]]:
+    """``response=`` entries documenting that an operation answers these statuses with the
+    error shape."""
+    return dict.fromkeys(sorted(set(statuses)), ErrorOut)
+
+
 class MessageIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
