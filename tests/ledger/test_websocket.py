@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
 from ledger.keys import api_key_create
-from ledger.services import MessageDraft, cluster_create, message_publish
+from ledger.services import MessageDraft, cluster_create, message_publish, message_publish_batch
 from tests.conftest import ApiClient
 from zeroshot_web.asgi import application
 from zeroshot_web.settings import redis_channel_layer
@@ -203,3 +203,60 @@ def test_an_idle_socket_stays_open_on_redis_and_still_receives_a_push(api_key: s
         assert event["data"]["topic"] == "AFTER_IDLE"
     finally:
         channel_layers.backends.pop("default", None)
+
+
+def test_a_client_reconnecting_with_after_gets_what_it_missed_then_live_ones(
+    cluster: str, api_key: str
+) -> None:
+    for i in range(1, 6):
+        message_publish(
+            cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", content={"text": str(i)})
+        )
+
+    async def scenario() -> list[str]:
+        client, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}&after=2")
+        assert ok
+        missed = [(await client.receive_json_from(timeout=5))["data"]["sequence"] for _ in range(3)]
+        await database_sync_to_async(message_publish)(
+            cluster_id=cluster, draft=MessageDraft(topic="T", sender="s")
+        )
+        live = (await client.receive_json_from(timeout=5))["data"]["sequence"]
+        assert await client.receive_nothing(timeout=0.3)
+        await client.disconnect()
+        return [*missed, live]
+
+    assert asyncio.run(scenario()) == ["3", "4", "5", "6"]
+
+
+def test_a_resync_longer_than_a_page_arrives_whole_and_in_order(cluster: str, api_key: str) -> None:
+    from ledger.consumers import RESYNC_PAGE
+
+    drafts = [MessageDraft(topic="T", sender="s") for _ in range(RESYNC_PAGE + 20)]
+    for start in range(0, len(drafts), 1000):
+        message_publish_batch(cluster_id=cluster, drafts=drafts[start : start + 1000])
+
+    async def scenario() -> list[int]:
+        client, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}&after=10")
+        assert ok
+        got = [
+            int((await client.receive_json_from(timeout=5))["data"]["sequence"])
+            for _ in range(len(drafts) - 10)
+        ]
+        assert await client.receive_nothing(timeout=0.3)
+        await client.disconnect()
+        return got
+
+    assert asyncio.run(scenario()) == list(range(11, len(drafts) + 1))
+
+
+def test_an_after_that_is_not_a_sequence_is_ignored(cluster: str, api_key: str) -> None:
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+
+    async def scenario() -> bool:
+        client, ok, _ = await connect(f"/ws/clusters/{cluster}/?key={api_key}&after=-1%00")
+        assert ok
+        quiet = await client.receive_nothing(timeout=0.3)
+        await client.disconnect()
+        return bool(quiet)
+
+    assert asyncio.run(scenario()) is True
