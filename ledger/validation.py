@@ -38,9 +38,11 @@ AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
 # A Python ``str`` holds code points, so any code point in D800-DFFF is a lone surrogate (a
 # valid pair from JSON's ``\ud83d\ude00`` is decoded into one astral code point).
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
-# The same two in JSON text: an escaped NUL or any surrogate escape. A match only means "look
-# closer": ``\\u0000`` is an escaped backslash followed by text, and a pair is valid.
-_SUSPICIOUS_JSON = re.compile(r"\\u0000|\\u[dD][89a-fA-F]|[\x00\ud800-\udfff]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+# The same two as JSON escapes: an escaped NUL or any surrogate escape. A match only means
+# "look closer": ``\\u0000`` is an escaped backslash followed by text, and a pair is valid.
+_SUSPICIOUS_ESCAPES = re.compile(r"\\u0000|\\u[dD][89a-fA-F]")
+_CONTAINERS = (dict, list, tuple)
 
 
 def text_problem(value: str) -> str | None:
@@ -60,8 +62,15 @@ def text_check(value: str, *, field: str) -> None:
 
 
 def json_text_suspicious(text: str) -> bool:
-    """Whether JSON text may hold a NUL or a lone surrogate; a fast filter before a walk."""
-    return _SUSPICIOUS_JSON.search(text) is not None
+    """Whether JSON text may hold a NUL or a lone surrogate; a fast filter before a walk.
+
+    Each test is a scan in C that most texts pass at once (no ``\\u``, ASCII only).
+    """
+    if "\\u" in text and _SUSPICIOUS_ESCAPES.search(text) is not None:
+        return True
+    if "\x00" in text:
+        return True
+    return not text.isascii() and _SURROGATES.search(text) is not None
 
 
 def json_problem(value: Any, *, max_depth: int, strings: bool = True) -> tuple[str, str] | None:
@@ -69,8 +78,11 @@ def json_problem(value: Any, *, max_depth: int, strings: bool = True) -> tuple[s
 
     The path is relative (``""``, ``.key``, ``[3].key``). Strings, keys included, are checked
     unless ``strings`` is false (the caller has ruled them out on the text, see
-    ``json_text_suspicious``). Iterative, so a deep value costs no recursion.
+    ``json_text_suspicious``). Iterative, so a deep value costs no recursion. A first pass
+    only looks (a large body has millions of nodes); paths are built when it found something.
     """
+    if _storable_json(value, max_depth=max_depth, strings=strings):
+        return None
     for path, depth, item in _walk(value):
         if depth > max_depth:
             return path, f"nests deeper than {max_depth} levels"
@@ -79,6 +91,43 @@ def json_problem(value: Any, *, max_depth: int, strings: bool = True) -> tuple[s
         if strings and isinstance(item, str) and (problem := text_problem(item)) is not None:
             return path, problem
     return None
+
+
+def _storable_json(value: Any, *, max_depth: int, strings: bool) -> bool:
+    """``json_problem`` without the paths: True when nothing is wrong."""
+    if type(value) not in _CONTAINERS:
+        return _storable_scalar(value, strings=strings)
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        container, depth = stack.pop()
+        if depth >= max_depth:
+            return False
+        if type(container) is dict:
+            if strings and not all(
+                type(k) is not str or _BAD_CHARS.search(k) is None for k in container
+            ):
+                return False
+            children: Any = container.values()
+        else:
+            children = container
+        for child in children:
+            kind = type(child)
+            if kind in _CONTAINERS:
+                stack.append((child, depth + 1))
+            elif kind is float:
+                if not math.isfinite(child):
+                    return False
+            elif strings and kind is str and _BAD_CHARS.search(child) is not None:
+                return False
+    return True
+
+
+def _storable_scalar(value: Any, *, strings: bool) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if strings and isinstance(value, str):
+        return _BAD_CHARS.search(value) is None
+    return True
 
 
 def _walk(value: Any) -> Iterator[tuple[str, int, Any]]:
