@@ -4,7 +4,7 @@ Plugged into Ninja's throttling, which answers a refused request with 429 and ``
 (the seconds until the window ends). Each request adds one to the key's counter of the
 current window with the cache's atomic increment: in Redis (``REDIS_URL``) every server
 process counts into the same counter; without Redis each process counts alone. Why this and
-not Ninja's own ``SimpleRateThrottle``: docs/decisions/0050-rate-limits.md.
+not Ninja's own ``SimpleRateThrottle``: docs/decisions/0062-rate-limits.md.
 """
 
 from __future__ import annotations
