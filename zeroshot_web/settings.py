@@ -268,7 +268,8 @@ PIPELINE_SWEEP_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_SWEEP_SECONDS",
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 # Requests per API key on the agent API, as "N/s", "N/m" or "N/h"; empty turns the limit off.
-API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "50/s").strip() or None
+# Per minute, so that bursts of a busy agent pass while a runaway loop is stopped in seconds.
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "3000/m").strip() or None
 if API_RATE_LIMIT and not re.fullmatch(
     r"[1-9][0-9]*/[0-9]*(s|sec|m|min|h|hour|d|day)", API_RATE_LIMIT
 ):
