@@ -107,10 +107,6 @@ class ImportReport:
         return sum(ledger.skipped for ledger in self.ledgers)
 
     @property
-    def json_unreadable(self) -> int:
-        return sum(ledger.json_unreadable for ledger in self.ledgers)
-
-    @property
     def failed(self) -> list[LedgerImport]:
         return [ledger for ledger in self.ledgers if ledger.error is not None]
 

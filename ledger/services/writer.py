@@ -83,10 +83,9 @@ def cluster_transaction(cluster_id: str, *, new: Cluster | None = None) -> Itera
 
 
 def _cluster_insert(cluster: Cluster) -> Cluster:
+    # The first statement of the transaction: when it fails, the whole transaction goes.
     try:
-        # A savepoint: PostgreSQL aborts the whole transaction on a failed statement.
-        with transaction.atomic():
-            cluster.save(force_insert=True)
+        cluster.save(force_insert=True)
     except IntegrityError as error:
         raise Conflict(
             f"cluster {cluster.pk!r} already exists", details={"cluster_id": cluster.pk}
