@@ -19,13 +19,14 @@ $(STAMP): pyproject.toml
 
 ## Set up, fill an embedded SQLite database with demo data, serve the dashboard on :8000, and
 ## run scripted demo agents beside it (press Start on a template to watch a cluster run).
+run: export DJANGO_DEBUG = 1
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo
 	(sleep 3; exec $(PY) manage.py run_agents --url http://$(HOST):$(PORT) --provider scripted \
 	    --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
 	trap 'kill $$! 2>/dev/null' EXIT INT TERM; \
-	DJANGO_DEBUG=1 $(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) manage.py runserver $(HOST):$(PORT)
 
 ## Set up and run the whole suite: lint, then SQLite (with the browser), then PostgreSQL + Redis.
 test: $(STAMP) chromium lint test-sqlite test-postgres

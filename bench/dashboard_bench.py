@@ -250,6 +250,7 @@ def start_daphne(workdir: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
         "ZEROSHOT_DATA_DIR": str(data_dir),
         "DJANGO_SETTINGS_MODULE": "zeroshot_web.settings",
         "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": "bench-only-key-of-a-throwaway-database",
         "DJANGO_ALLOWED_HOSTS": HOSTS,
         "PYTHONUNBUFFERED": "1",
     }

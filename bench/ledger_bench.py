@@ -90,6 +90,7 @@ def django_setup(data_dir: Path) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "zeroshot_web.settings"
     os.environ["ZEROSHOT_DATA_DIR"] = str(data_dir)
     os.environ["DJANGO_DEBUG"] = "0"  # DEBUG would keep every query in memory
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-key-of-a-throwaway-database")
     # A DATABASE_URL would win over ZEROSHOT_DATA_DIR; this benchmark is about SQLite.
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)

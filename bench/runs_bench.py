@@ -168,8 +168,9 @@ agents = [{{"id": f"a{{n}}", "role": "implementation", "prompt": "x",
            "triggers": [{{"topic": f"T{{n}}"}}]}} for n in range(16)]
 cluster_create(cluster_id="tps", config={{"agents": agents}}, state="running")
 for start in range(0, {tasks}, 100):
-    message_publish_batch(cluster_id="tps", drafts=[
-        MessageDraft(topic=f"T{{n % 16}}", sender="bench") for n in range(start, min(start + 100, {tasks}))])
+    ns = range(start, min(start + 100, {tasks}))
+    drafts = [MessageDraft(topic=f"T{{n % 16}}", sender="bench") for n in ns]
+    message_publish_batch(cluster_id="tps", drafts=drafts)
 print(api_key_create(name="bench")[1])
 """
     key = (

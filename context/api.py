@@ -20,6 +20,12 @@ from context.services.templates import (
 )
 from context.strategy import strategy_validate, strategy_validate_agents
 from ledger.interfaces import (
+    ANY_ERRORS,
+    BODY_ERRORS,
+    INT32_MAX,
+    INT64_MAX,
+    READ_ERRORS,
+    TIMESTAMP_MAX,
     ClusterDetailOut,
     ClusterOut,
     ClusterRecord,
@@ -28,9 +34,11 @@ from ledger.interfaces import (
     cluster_create,
     cluster_get,
     cluster_list,
+    error_responses,
     require_cluster,
     scoped_cluster,
 )
+from ledger.records import TOPIC_PATTERN
 
 router = Router(tags=["context"])
 
@@ -46,13 +54,22 @@ class ClusterCreateIn(Schema):
 
 # Clusters are listed and created here rather than in the ledger's router: a cluster is usually
 # made from a template, and templates belong to this app (docs/decisions/0021-app-layout.md).
-@router.get("/clusters", response=list[ClusterOut], summary="List clusters", tags=["clusters"])
+@router.get(
+    "/clusters",
+    response={200: list[ClusterOut], **error_responses(*ANY_ERRORS)},
+    summary="List clusters",
+    tags=["clusters"],
+)
 def clusters_list(request: HttpRequest, search: str = "", state: str = "") -> list[ClusterRecord]:
     return cluster_list(search=search, state=state, only_id=scoped_cluster(request))
 
 
 @router.post(
-    "/clusters", response={201: ClusterDetailOut}, summary="Create a cluster", tags=["clusters"]
+    "/clusters",
+    # 404: an unknown template; 409: the id is taken.
+    response={201: ClusterDetailOut, **error_responses(*BODY_ERRORS, 403, 404, 409)},
+    summary="Create a cluster",
+    tags=["clusters"],
 )
 def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[ClusterRecord]:
     if scoped_cluster(request) is not None:
@@ -71,7 +88,10 @@ def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[Cl
 
 
 @router.get(
-    "/clusters/{cluster_id}", response=ClusterDetailOut, summary="One cluster", tags=["clusters"]
+    "/clusters/{cluster_id}",
+    response={200: ClusterDetailOut, **error_responses(*READ_ERRORS)},
+    summary="One cluster",
+    tags=["clusters"],
 )
 def clusters_get(request: HttpRequest, cluster_id: str) -> ClusterRecord:
     require_cluster(request, cluster_id)
@@ -79,9 +99,9 @@ def clusters_get(request: HttpRequest, cluster_id: str) -> ClusterRecord:
 
 
 class TriggerIn(Schema):
-    topic: str
-    sender: str
-    receiver: str | None = None
+    topic: str = Field(pattern=TOPIC_PATTERN)
+    sender: str = Field(min_length=1, max_length=128)
+    receiver: str | None = Field(None, min_length=1, max_length=128)
     content: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
 
@@ -93,15 +113,19 @@ class BuildIn(Schema):
     agent: dict[str, Any] | None = Field(
         None, description="an agent config given inline instead of the cluster's"
     )
-    iteration: StrictInt | None = Field(None, ge=1)
-    triggering_message_id: str | None = None
+    iteration: StrictInt | None = Field(None, ge=1, le=INT32_MAX)
+    triggering_message_id: str | None = Field(None, min_length=1, max_length=128)
     triggering_message: TriggerIn | None = None
-    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1, le=INT32_MAX)
     strategy: dict[str, Any] | None = Field(
         None, description="a contextStrategy overriding the agent's"
     )
-    as_of_sequence: StrictInt | None = Field(None, ge=1, description="implies preview")
-    as_of_timestamp: StrictInt | None = Field(None, ge=0, description="implies preview")
+    as_of_sequence: StrictInt | None = Field(
+        None, ge=1, le=INT64_MAX, description="implies preview"
+    )
+    as_of_timestamp: StrictInt | None = Field(
+        None, ge=0, le=TIMESTAMP_MAX, description="implies preview"
+    )
     preview: StrictBool = False
 
 
@@ -130,9 +154,19 @@ class BuildPageOut(Schema):
 
 
 class BuildQueryIn(Schema):
-    agent_id: str | None = None
-    before: int | None = Field(None, description="id of the last build of the previous page")
+    agent_id: str | None = Field(None, min_length=1, max_length=128)
+    before: int | None = Field(
+        None, ge=1, le=INT64_MAX, description="id of the last build of the previous page"
+    )
     limit: int = Field(selectors.DEFAULT_PAGE, ge=1, le=500)
+
+
+class ValidationOut(Schema):
+    """``{valid, errors, warnings}`` (SPEC §2.1); each problem names where it is."""
+
+    valid: bool
+    errors: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
 
 
 class ValidateIn(Schema):
@@ -142,7 +176,9 @@ class ValidateIn(Schema):
 
 
 @router.post(
-    "/clusters/{cluster_id}/context", response=BuildOut, summary="Build an agent's context"
+    "/clusters/{cluster_id}/context",
+    response={200: BuildOut, **error_responses(*READ_ERRORS, *BODY_ERRORS)},
+    summary="Build an agent's context",
 )
 def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> BuildOutcome:
     require_cluster(request, cluster_id)
@@ -166,7 +202,11 @@ def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> Bu
     return outcome
 
 
-@router.get("/clusters/{cluster_id}/builds", response=BuildPageOut, summary="Recorded builds")
+@router.get(
+    "/clusters/{cluster_id}/builds",
+    response={200: BuildPageOut, **error_responses(*READ_ERRORS)},
+    summary="Recorded builds",
+)
 def builds_list(
     request: HttpRequest, cluster_id: str, filters: Query[BuildQueryIn]
 ) -> dict[str, Any]:
@@ -182,7 +222,11 @@ def builds_list(
     return {"items": builds, "next_before": next_before}
 
 
-@router.post("/strategies/validate", summary="Validate context strategies")
+@router.post(
+    "/strategies/validate",
+    response={200: ValidationOut, **error_responses(*BODY_ERRORS)},
+    summary="Validate context strategies",
+)
 def strategies_validate(request: HttpRequest, payload: ValidateIn) -> dict[str, Any]:
     if payload.agents is not None:
         return strategy_validate_agents(payload.agents).to_dict()
@@ -207,9 +251,21 @@ class TemplateDetailOut(TemplateOut):
     body: dict[str, Any]
 
 
-@router.get("/templates", response=list[TemplateOut], summary="List cluster templates")
+def _scoped_template(request: HttpRequest) -> str | None:
+    """For a key limited to one cluster, the template that cluster came from ("" if none)."""
+    scoped = scoped_cluster(request)
+    return None if scoped is None else cluster_get(cluster_id=scoped).template or ""
+
+
+@router.get(
+    "/templates",
+    response={200: list[TemplateOut], **error_responses(*READ_ERRORS)},
+    summary="List cluster templates",
+)
 def templates_list(request: HttpRequest) -> list[TemplateRecord]:
-    return template_list()
+    # A key limited to one cluster sees only the template of its cluster.
+    only = _scoped_template(request)
+    return template_list() if only is None else [t for t in template_list() if t.name == only]
 
 
 class TemplateValidateIn(Schema):
@@ -217,11 +273,25 @@ class TemplateValidateIn(Schema):
 
 
 # Registered before /templates/{name}: Django matches the path first, then the method.
-@router.post("/templates/validate", summary="Check a cluster template without saving it")
+@router.post(
+    "/templates/validate",
+    response={200: ValidationOut, **error_responses(*BODY_ERRORS)},
+    summary="Check a cluster template without saving it",
+)
 def templates_validate(request: HttpRequest, payload: TemplateValidateIn) -> dict[str, Any]:
     return template_check(payload.template).to_dict()
 
 
-@router.get("/templates/{name}", response=TemplateDetailOut, summary="One cluster template")
+@router.get(
+    "/templates/{name}",
+    response={200: TemplateDetailOut, **error_responses(*READ_ERRORS)},
+    summary="One cluster template",
+)
 def templates_get(request: HttpRequest, name: str) -> TemplateRecord:
+    only = _scoped_template(request)
+    if only is not None and name != only:
+        raise Forbidden(
+            "a key limited to one cluster reads only the template of that cluster",
+            details={"template": name},
+        )
     return template_get(name=name)

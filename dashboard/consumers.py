@@ -9,7 +9,13 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from ledger.interfaces import JSON, MessageRecord, cluster_group, websocket_refusal
+from ledger.interfaces import (
+    JSON,
+    MessageRecord,
+    cluster_group,
+    websocket_refusal,
+    websocket_refuse,
+)
 
 
 def timeline_row_html(message: MessageRecord) -> str:
@@ -35,7 +41,7 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
         refusal = await websocket_refusal(self.scope, cluster_id, keys=False)
         if refusal:
-            await self.close(code=refusal)
+            await websocket_refuse(self, refusal)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.topic = query.get("topic", [""])[0].strip()

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from ledger.interfaces import ClusterState, MessageFilter
+from ledger.interfaces import INT64_MAX, ClusterState, MessageFilter, timestamp_problem
 
 MAX_TOKENS_CEILING = 10_000_000
 
@@ -20,8 +20,9 @@ MAX_TOKENS_CEILING = 10_000_000
 class WholeNumberField(forms.Field):
     """A positive whole number; ``1,000`` and ``1_000`` are read as 1000."""
 
-    def __init__(self, *, label: str, ceiling: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, label: str, ceiling: int = INT64_MAX, **kwargs: Any) -> None:
         super().__init__(required=False, label=label, **kwargs)
+        # No database column holds more than 64 bits: a larger number matches nothing.
         self.ceiling = ceiling
 
     def to_python(self, value: Any) -> int | None:
@@ -36,7 +37,7 @@ class WholeNumberField(forms.Field):
             ) from None
         if number < 1:
             raise ValidationError(f"{self.label} must be at least 1 (got {number:,}).")
-        if self.ceiling is not None and number > self.ceiling:
+        if number > self.ceiling:
             raise ValidationError(f"{self.label} can be at most {self.ceiling:,} (got {number:,}).")
         return number
 
@@ -52,16 +53,23 @@ class MillisecondsField(forms.Field):
         if not raw:
             return None
         if raw.isdigit():
-            return int(raw)
-        try:
-            moment = datetime.fromisoformat(raw)
-        except ValueError:
+            ms = int(raw)
+        else:
+            try:
+                moment = datetime.fromisoformat(raw)
+            except ValueError:
+                raise ValidationError(
+                    f"“{self.label}” is not a date and time; it was ignored."
+                ) from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            ms = int(moment.timestamp() * 1000)
+        # The ledger's own bounds (0 … 9999-12-31): a moment outside them cannot be shown.
+        if timestamp_problem(ms) is not None:
             raise ValidationError(
-                f"“{self.label}” is not a date and time; it was ignored."
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return int(moment.timestamp() * 1000)
+                f"“{self.label}” is outside 1970-01-01 … 9999-12-31; it was ignored."
+            )
+        return ms
 
 
 class FilterForm(forms.Form):

@@ -10,14 +10,26 @@ from ninja.responses import Status
 
 from ledger import exporting, selectors, services
 from ledger.keys import require_cluster
-from ledger.schemas import BatchIn, MessageIn, MessageOut, MessagePageOut, MessageQueryIn
+from ledger.schemas import (
+    BODY_ERRORS,
+    READ_ERRORS,
+    BatchIn,
+    MessageIn,
+    MessageOut,
+    MessagePageOut,
+    MessageQueryIn,
+    error_responses,
+)
+
+# Publishing: everything that can go wrong with a body on a cluster, and a stored id or key.
+PUBLISH_ERRORS = error_responses(*READ_ERRORS, *BODY_ERRORS, 409)
 
 router = Router(tags=["ledger"])
 
 
 @router.post(
     "/clusters/{cluster_id}/messages",
-    response={201: MessageOut},
+    response={201: MessageOut, **PUBLISH_ERRORS},
     summary="Publish one message",
     exclude_unset=True,
 )
@@ -29,7 +41,7 @@ def messages_publish(request: HttpRequest, cluster_id: str, payload: MessageIn) 
 
 @router.post(
     "/clusters/{cluster_id}/messages/batch",
-    response={201: list[MessageOut]},
+    response={201: list[MessageOut], **PUBLISH_ERRORS},
     summary="Publish messages atomically",
     exclude_unset=True,
 )
@@ -43,7 +55,7 @@ def messages_publish_batch(request: HttpRequest, cluster_id: str, payload: Batch
 
 @router.get(
     "/clusters/{cluster_id}/messages",
-    response=MessagePageOut,
+    response={200: MessagePageOut, **error_responses(*READ_ERRORS)},
     summary="Query messages",
     exclude_unset=True,
 )
@@ -62,6 +74,15 @@ def messages_query(
 
 @router.get(
     "/clusters/{cluster_id}/export",
+    response=error_responses(*READ_ERRORS),
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "the export, streamed",
+                "content": {media: {} for media in exporting.CONTENT_TYPES.values()},
+            }
+        }
+    },
     summary="Export the ledger (streamed)",
     description="Every message in sequence order: `jsonl` (one message per line) or `json` "
     '(`{"cluster": {...}, "messages": [...]}`).',

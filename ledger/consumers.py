@@ -10,7 +10,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from ledger.bus import cluster_group
 from ledger.keys import ApiKeyIdentity, api_key_authenticate
-from ledger.selectors import cluster_exists
+from ledger.selectors import cluster_exists, message_tail
+from ledger.validation import INT64_MAX
 
 # Close codes in the application range (4000-4999) so that clients can tell why.
 CLOSE_UNAUTHORIZED = 4401
@@ -56,24 +57,77 @@ def websocket_refusal_sync(scope: dict[str, Any], cluster_id: str, *, keys: bool
 websocket_refusal = database_sync_to_async(websocket_refusal_sync)
 
 
+async def websocket_refuse(consumer: Any, code: int) -> None:
+    """Accept, then close with ``code``: a handshake refused outright reaches clients as an
+    HTTP 403 in which no close code survives, so they could not tell why."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
+def resume_after(scope: dict[str, Any]) -> int | None:
+    """The ``after`` query parameter: the last sequence a reconnecting client has, if any."""
+    values = parse_qs(scope.get("query_string", b"").decode()).get("after")
+    if not values:
+        return None
+    raw = values[0].strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        return None
+    after = int(raw)
+    return after if after <= INT64_MAX else None
+
+
+# Messages read from the ledger per query while a reconnecting client catches up.
+RESYNC_PAGE = 500
+
+
 class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """Sends ``{"type": "message", "data": <message>}`` for each new message of one cluster."""
+    """Sends ``{"type": "message", "data": <message>}`` for each new message of one cluster.
+
+    A client that reconnects with ``?after=<last sequence it has>`` first gets every message
+    it missed, read from the ledger, then the live ones: each message once, in sequence order
+    (SPEC §1.4: a dropped push costs nothing).
+    """
 
     group: str | None = None
+    # The highest sequence sent from the ledger on reconnection: a live push at or below it was
+    # sent already. Live pushes above it go out as they come (with several servers, pushes of
+    # different servers may arrive out of sequence; the ``data.sequence`` tells).
+    resynced_up_to: int = 0
 
     async def connect(self) -> None:
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
         refusal = await websocket_refusal(self.scope, cluster_id)
         if refusal:
-            await self.close(code=refusal)
+            await websocket_refuse(self, refusal)
             return
+        # Join before reading the backlog: a message committed in between is then both read
+        # and pushed, and the push is skipped, instead of being neither.
         self.group = cluster_group(cluster_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        after = resume_after(self.scope)
+        if after is not None:
+            await self._resync(cluster_id, after)
+
+    async def _resync(self, cluster_id: str, after: int) -> None:
+        self.resynced_up_to = after
+        while True:
+            page = await database_sync_to_async(message_tail)(
+                cluster_id=cluster_id, after=self.resynced_up_to, limit=RESYNC_PAGE
+            )
+            for record in page:
+                await self.send_json({"type": "message", "data": record.to_wire()})
+            if page:
+                self.resynced_up_to = page[-1].sequence
+            if len(page) < RESYNC_PAGE:
+                return
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def ledger_message(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "message", "data": event["message"]})
+        wire = event["message"]
+        if int(wire.get("sequence", 0)) <= self.resynced_up_to:
+            return
+        await self.send_json({"type": "message", "data": wire})

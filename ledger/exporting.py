@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,12 +25,13 @@ from ledger.errors import InvalidInput, NotFound
 from ledger.filters import MAX_PAGE
 from ledger.models import ClusterState
 from ledger.records import JSON, ClusterRecord
-from ledger.selectors import cluster_get, message_tail
+from ledger.selectors import cluster_exists, cluster_get, message_tail
 from ledger.services import (
     CLUSTER_ID_RE,
+    ClusterWriter,
     ImportedMessage,
-    cluster_create,
-    message_import_batch,
+    cluster_create_transaction,
+    cluster_transaction,
 )
 from ledger.zeroshot import StrPath, compact_json, message_to_json
 
@@ -39,7 +41,8 @@ CONTENT_TYPES: dict[ExportFormat, str] = {
     "json": "application/json",
     "jsonl": "application/x-ndjson",
 }
-IMPORT_BATCH = 1000
+# Messages stored per step of the one transaction of an import.
+IMPORT_BATCH = 5000
 
 
 class ExportFormatError(InvalidInput):
@@ -107,124 +110,151 @@ class ClusterImport:
 
 
 def cluster_import(*, path: StrPath, cluster_id: str | None = None) -> ClusterImport:
-    """Import one of our exports (json or jsonl) into a cluster, created when missing."""
+    """Import one of our exports (json or jsonl) into a cluster, created when missing.
+
+    All or nothing, in one transaction: a line that cannot be read or stored is reported with
+    the file and the line, and nothing of the file is kept, not even a cluster it created.
+    """
     source = Path(path)
     try:
         with source.open(encoding="utf-8") as file:
             first = file.readline()
             header, wires = _read_export(first=first, rest=file, name=str(source))
             return _import_wires(header=header, wires=wires, cluster_id=cluster_id)
+    except UnicodeDecodeError as error:
+        raise ExportFormatError(
+            f"{source} is not UTF-8 text (a byte at offset {error.start} of a read block "
+            "cannot be decoded): not an export"
+        ) from error
     except OSError as error:
-        raise NotFound(f"cannot read {source}: {error}", details={"path": str(source)}) from error
+        raise NotFound(
+            f"cannot read {source}: {error.strerror or error}", details={"path": str(source)}
+        ) from error
 
 
 def _read_export(
     *, first: str, rest: Iterable[str], name: str
-) -> tuple[dict[str, JSON] | None, Iterator[tuple[int, dict[str, JSON]]]]:
-    """The cluster header (json) or None (jsonl), and the messages with their line numbers."""
+) -> tuple[dict[str, JSON] | None, Iterator[tuple[str, dict[str, JSON]]]]:
+    """The cluster header (json) or None (jsonl), and the messages with where they are."""
     try:
         first_value = json.loads(first) if first.strip() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         first_value = None
     if isinstance(first_value, dict) and "topic" in first_value:
         return None, _jsonl_wires(first=first, rest=rest, name=name)
     # A JSON document (ours writes one message per line, but any layout is accepted).
     try:
         document = json.loads(first + "".join(rest))
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         raise ExportFormatError(f"{name} is neither JSON nor JSON Lines: {error}") from error
     if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
         raise ExportFormatError(f'{name} must hold {{"cluster": {{...}}, "messages": [...]}}')
     header = document.get("cluster")
     return (
         header if isinstance(header, dict) else {},
-        ((index + 1, wire) for index, wire in enumerate(document["messages"])),
+        ((f"{name}, message {index + 1}", wire) for index, wire in enumerate(document["messages"])),
     )
 
 
 def _jsonl_wires(
     *, first: str, rest: Iterable[str], name: str
-) -> Iterator[tuple[int, dict[str, JSON]]]:
-    for number, line in enumerate([first], start=1):
-        yield number, _parse_line(line, number=number, name=name)
+) -> Iterator[tuple[str, dict[str, JSON]]]:
+    yield f"{name}, line 1", _parse_line(first, where=f"{name}, line 1")
     for number, line in enumerate(rest, start=2):
         if line.strip():
-            yield number, _parse_line(line, number=number, name=name)
+            where = f"{name}, line {number}"
+            yield where, _parse_line(line, where=where)
 
 
-def _parse_line(line: str, *, number: int, name: str) -> dict[str, JSON]:
+def _parse_line(line: str, *, where: str) -> dict[str, JSON]:
     try:
         value = json.loads(line)
-    except ValueError as error:
-        raise ExportFormatError(f"{name}, line {number}: not JSON ({error})") from error
+    except (ValueError, RecursionError) as error:
+        raise ExportFormatError(f"{where}: not JSON ({error})") from error
     if not isinstance(value, dict):
-        raise ExportFormatError(f"{name}, line {number}: a message must be a JSON object")
+        raise ExportFormatError(f"{where}: a message must be a JSON object")
     return value
 
 
 def _import_wires(
     *,
     header: dict[str, JSON] | None,
-    wires: Iterator[tuple[int, dict[str, JSON]]],
+    wires: Iterator[tuple[str, dict[str, JSON]]],
     cluster_id: str | None,
 ) -> ClusterImport:
+    first = next(wires, None)
+    first_message = _imported(first[1], where=first[0]) if first is not None else None
     target: object = cluster_id or (header or {}).get("id")
-    created: bool | None = None  # until the first message names the cluster
-    imported = skipped = 0
-    batch: list[ImportedMessage] = []
-
-    def flush() -> None:
-        nonlocal imported, skipped, batch
-        stored = message_import_batch(cluster_id=str(target), messages=batch)
-        imported, skipped, batch = imported + len(stored), skipped + len(batch) - len(stored), []
-
-    for number, wire in wires:
-        message = _imported(wire, where=f"message {number}")
-        if created is None:
-            target = target or wire.get("cluster_id")
-            created = _cluster_ensure(cluster_id=target, header=header, first=message.timestamp)
-        batch.append(message)
-        if len(batch) == IMPORT_BATCH:
-            flush()
-    if created is None:
-        created = _cluster_ensure(cluster_id=target, header=header, first=None)
-    if batch:
-        flush()
-    return ClusterImport(
-        cluster_id=str(target), imported=imported, skipped=skipped, created=created
-    )
-
-
-def _cluster_ensure(
-    *, cluster_id: object, header: dict[str, JSON] | None, first: int | None
-) -> bool:
-    """Create the cluster from the export's header unless it exists; True when created."""
-    if not isinstance(cluster_id, str) or not CLUSTER_ID_RE.match(cluster_id):
+    if not target and first is not None:
+        target = first[1].get("cluster_id")
+    if not isinstance(target, str) or not CLUSTER_ID_RE.fullmatch(target):
         raise ExportFormatError(
             "the export names no valid cluster id; give one with --cluster",
-            details={"cluster_id": cluster_id},
+            details={"cluster_id": repr(target)},
         )
+    created = not cluster_exists(cluster_id=target)
+    transaction = (
+        _cluster_create_transaction(
+            cluster_id=target,
+            header=header,
+            first=first_message.timestamp if first_message is not None else None,
+        )
+        if created
+        else cluster_transaction(target)
+    )
+    imported = skipped = 0
+    with transaction as writer:
+        batch: list[tuple[str, ImportedMessage]] = []
+        if first is not None and first_message is not None:
+            batch.append((first[0], first_message))
+        for where, wire in wires:
+            batch.append((where, _imported(wire, where=where)))
+            if len(batch) == IMPORT_BATCH:
+                stored = _store(writer, batch)
+                imported, skipped, batch = imported + stored, skipped + len(batch) - stored, []
+        if batch:
+            stored = _store(writer, batch)
+            imported, skipped = imported + stored, skipped + len(batch) - stored
+    return ClusterImport(cluster_id=target, imported=imported, skipped=skipped, created=created)
+
+
+def _store(writer: ClusterWriter, batch: list[tuple[str, ImportedMessage]]) -> int:
+    """Store a batch; a message the ledger refuses is named by its line."""
     try:
-        cluster_get(cluster_id=cluster_id)
-    except NotFound:
-        pass
-    else:
-        return False
+        return len(writer.import_messages([m for _, m in batch], deliver=True))
+    except InvalidInput as error:
+        index = error.details.get("index") if isinstance(error.details, dict) else None
+        if isinstance(index, int) and 0 <= index < len(batch):
+            raise ExportFormatError(
+                f"{batch[index][0]}: {error.message}", details=error.details
+            ) from error
+        raise
+
+
+def _cluster_create_transaction(
+    *, cluster_id: str, header: dict[str, JSON] | None, first: int | None
+) -> AbstractContextManager[ClusterWriter]:
+    """The transaction that creates the cluster from the export's header and fills it."""
     header = header or {}
     state = header.get("state")
     created_at = header.get("created_at")
     config = header.get("config")
     params = header.get("params")
     template = header.get("template")
-    cluster_create(
-        cluster_id=cluster_id,
-        config=config if isinstance(config, dict) else {"agents": []},
-        params=params if isinstance(params, dict) else {},
-        template=template if isinstance(template, str) else "",
-        state=state if state in ClusterState.values else ClusterState.STOPPED,
-        created_at=created_at if _is_int(created_at) else first,
-    )
-    return True
+    try:
+        return cluster_create_transaction(
+            cluster_id=cluster_id,
+            config=config if isinstance(config, dict) else {"agents": []},
+            params=params if isinstance(params, dict) else {},
+            template=template if isinstance(template, str) else "",
+            state=state if state in ClusterState.values else ClusterState.STOPPED,
+            created_at=created_at if _is_int(created_at) else first,
+        )
+    except InvalidInput as error:
+        raise ExportFormatError(
+            f"the export's cluster header cannot make a cluster: {error.message}",
+            details=error.details,
+        ) from error
 
 
 def _is_int(value: object) -> bool:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ledger.errors import InvalidInput
+from ledger.validation import INT64_MAX, INT64_MIN, integer_problem, text_problem
+
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
@@ -29,3 +32,25 @@ class MessageFilter:
     @property
     def is_empty(self) -> bool:
         return self == MessageFilter()
+
+
+def filter_check(where: MessageFilter) -> None:
+    """Refuse what no stored message can match and a database would choke on: strings with NUL
+    or lone surrogates, numbers beyond 64 bits (``InvalidInput`` naming the field)."""
+    topics = (where.topic,) if isinstance(where.topic, str) else (where.topic or ())
+    strings: list[tuple[str, str | None]] = [("topic", t) for t in topics]
+    strings += [("sender", where.sender), ("receiver", where.receiver)]
+    for name, value in strings:
+        if isinstance(value, str) and (problem := text_problem(value)) is not None:
+            raise InvalidInput(f"{name} {problem}", details={"field": name})
+    numbers = (
+        ("since", where.since),
+        ("until", where.until),
+        ("after", where.after),
+        ("up_to_sequence", where.up_to_sequence),
+    )
+    for name, number in numbers:
+        if number is not None and (
+            problem := integer_problem(number, minimum=INT64_MIN, maximum=INT64_MAX)
+        ):
+            raise InvalidInput(f"{name} {problem}", details={"field": name})

@@ -15,34 +15,39 @@ See docs/decisions/0020-zeroshot-import-and-follow.md.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.errors import ServiceError
+from ledger.errors import InvalidInput, ServiceError
 from ledger.models import ClusterState
 from ledger.records import MessageRecord
 from ledger.selectors import cluster_exists
 from ledger.services import (
     STATE_BY_TOPIC,
+    ClusterWriter,
     ImportedMessage,
-    cluster_create,
+    cluster_create_transaction,
     cluster_state_set,
-    message_import_backfill,
+    cluster_transaction,
     message_import_batch,
     now_ms,
 )
 from ledger.zeroshot import (
+    CLUSTERS_JSON,
     LedgerSource,
     LedgerTail,
     StrPath,
     ZeroshotFormatError,
     ZeroshotMessage,
+    ZeroshotRowError,
     ZeroshotSourceError,
     count_messages,
     discover,
@@ -52,9 +57,9 @@ from ledger.zeroshot import (
 
 logger = logging.getLogger(__name__)
 
-# Rows per transaction. Message ids are random, so every batch writes pages all over the
-# ``(cluster, message_id)`` index; larger batches write each of them fewer times. 20,000 rows
-# still commit within about a second, so publishers never wait long for the write lock.
+# Rows read and written per step; a ledger still commits in one transaction (all or nothing),
+# but memory holds one step at a time. Larger steps write each page of the random-id index
+# fewer times.
 IMPORT_BATCH = 20_000
 # Called after each batch with the ledger's cluster id, the rows read so far and its row count.
 Progress = Callable[[str, int, int], None]
@@ -73,14 +78,25 @@ class LedgerImport:
     created: bool = False
     # The highest rowid read: following the ledger continues after it.
     last_rowid: int = 0
+    # Rows whose content_data or metadata was not JSON: stored with null there.
+    json_unreadable: int = 0
     error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
+class UnreadableSource:
+    """A path given to the import that could not be read at all (a folder, a registry)."""
+
+    path: Path
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class ImportReport:
-    """What an import did, one entry per ledger file."""
+    """What an import did: one entry per ledger file, and the paths that could not be read."""
 
     ledgers: tuple[LedgerImport, ...] = field(default_factory=tuple)
+    unreadable: tuple[UnreadableSource, ...] = field(default_factory=tuple)
 
     @property
     def imported(self) -> int:
@@ -98,24 +114,55 @@ class ImportReport:
 def zeroshot_import(
     *, path: StrPath | Sequence[StrPath], progress: Progress | None = None
 ) -> ImportReport:
-    """Import zeroshot ledgers (a ``.db`` file or a ``~/.zeroshot``-style folder, or several)."""
-    sources = _discover_all(path)
-    return ImportReport(ledgers=tuple(_import_source(source=s, progress=progress) for s in sources))
+    """Import zeroshot ledgers (a ``.db`` file or a ``~/.zeroshot``-style folder, or several).
+
+    Each ledger is imported in one transaction: all of it or, when a row cannot be stored or
+    the file cannot be read, nothing (not even its cluster), reported with the file and the
+    row while the other ledgers still import.
+    """
+    sources, unreadable = _discover_all(path)
+    return ImportReport(
+        ledgers=tuple(_import_source(source=s, progress=progress) for s in sources),
+        unreadable=unreadable,
+    )
 
 
-def _discover_all(path: StrPath | Sequence[StrPath]) -> list[LedgerSource]:
+def _discover_all(
+    path: StrPath | Sequence[StrPath],
+) -> tuple[list[LedgerSource], tuple[UnreadableSource, ...]]:
     paths = [path] if isinstance(path, str | os.PathLike) else list(path)
-    return [source for p in paths for source in discover(p)]
+    sources: list[LedgerSource] = []
+    unreadable: list[UnreadableSource] = []
+    for each in paths:
+        try:
+            sources.extend(discover(each))
+        except ServiceError as error:
+            logger.warning("cannot import %s: %s", each, error.message)
+            unreadable.append(UnreadableSource(path=Path(each), error=error.message))
+    return sources, tuple(unreadable)
 
 
 def _import_source(*, source: LedgerSource, progress: Progress | None) -> LedgerImport:
-    """Import one ledger; a ledger that cannot be read is reported, not raised."""
+    """Import one ledger; a ledger that cannot be read or stored is reported, not raised."""
     try:
         with open_snapshot(source.path) as conn:
             return _import_rows(source=source, conn=conn, progress=progress)
-    except ServiceError as error:
-        logger.warning("cannot import %s: %s", source.path, error.message)
-        return LedgerImport(cluster_id=source.cluster_id, path=source.path, error=error.message)
+    except (ServiceError, sqlite3.Error, OSError) as error:
+        message = _one_line(source, error)
+        logger.warning("cannot import %s", message)
+        return LedgerImport(cluster_id=source.cluster_id, path=source.path, error=message)
+
+
+def _one_line(source: LedgerSource, error: Exception) -> str:
+    """``<file>: row <rowid>: <what>`` (the row when one is known) on one line."""
+    if isinstance(error, ServiceError):
+        text = error.message
+    elif isinstance(error, sqlite3.Error):
+        text = f"unreadable as a SQLite database: {error}"
+    else:
+        text = f"cannot read it: {getattr(error, 'strerror', None) or error}"
+    where = str(source.path)
+    return " ".join(f"{where}: {text}".split())
 
 
 def _import_rows(
@@ -123,36 +170,47 @@ def _import_rows(
 ) -> LedgerImport:
     cluster_id = source.cluster_id
     total = count_messages(conn)
-    created = False
-    imported = done = last_rowid = 0
-    state_topic: str | None = None
     if progress is not None:
         progress(cluster_id, 0, total)
-    for batch in read_messages(conn, batch_size=IMPORT_BATCH):
-        if done == 0:
-            created = _cluster_ensure(source=source, first_timestamp=batch[0].timestamp)
-        messages = [_imported(m) for m in batch]
-        # A cluster created by this import holds only this ledger's rows, whose ids are
-        # unique (zeroshot's primary key): no need to look them up batch after batch. Nobody
-        # followed it before it existed, so its history is not pushed message by message;
-        # rows added to a cluster that already existed reach its live clients as imported.
-        stored: Sequence[ImportedMessage | MessageRecord] = (
-            message_import_backfill(cluster_id=cluster_id, messages=messages, assume_absent=True)
-            if created
-            else message_import_batch(cluster_id=cluster_id, messages=messages)
-        )
-        imported += len(stored)
-        done += len(batch)
-        last_rowid = max(last_rowid, *(m.rowid for m in batch))
-        state_topic = _last_state_topic(stored) or state_topic
-        if progress is not None:
-            progress(cluster_id, done, max(total, done))
-    if done == 0:
-        created = _cluster_ensure(source=source, first_timestamp=None)
-    if created:
-        _cluster_state_settle(source=source, state_topic=state_topic)
-    elif state_topic is not None:
-        _cluster_state_follow(cluster_id=cluster_id, topic=state_topic)
+    with closing(read_messages(conn, batch_size=IMPORT_BATCH)) as batches:
+        return _import_batches(source=source, batches=batches, total=total, progress=progress)
+
+
+def _import_batches(
+    *,
+    source: LedgerSource,
+    batches: Iterator[list[ZeroshotMessage]],
+    total: int,
+    progress: Progress | None,
+) -> LedgerImport:
+    """Store a ledger's rows in one transaction; its cluster is created in it when missing."""
+    cluster_id = source.cluster_id
+    first = next(batches, [])
+    created = not cluster_exists(cluster_id=cluster_id)
+    done = imported = last_rowid = unreadable = 0
+    state_topic: str | None = None
+    transaction = (
+        _cluster_create_transaction(source=source, first=first)
+        if created
+        else cluster_transaction(cluster_id)
+    )
+    with transaction as writer:
+        for batch in itertools.chain([first], batches):
+            if not batch:
+                continue
+            # A cluster created by this import holds only this ledger's rows, whose ids are
+            # unique (zeroshot's primary key): no need to look them up batch after batch.
+            # Nobody followed it before it existed, so its history is not pushed message by
+            # message; rows added to a cluster that already existed reach its live clients.
+            stored = _store(writer, batch, created=created)
+            imported += len(stored)
+            done += len(batch)
+            last_rowid = max(last_rowid, *(m.rowid for m in batch))
+            unreadable += sum(1 for m in batch if m.json_unreadable)
+            state_topic = _last_state_topic(stored) or state_topic
+            if progress is not None:
+                progress(cluster_id, done, max(total, done))
+        _state_settle(writer, source=source, created=created, state_topic=state_topic)
     return LedgerImport(
         cluster_id=cluster_id,
         path=source.path,
@@ -161,25 +219,47 @@ def _import_rows(
         skipped=done - imported,
         created=created,
         last_rowid=last_rowid,
+        json_unreadable=unreadable,
     )
 
 
-def _cluster_ensure(*, source: LedgerSource, first_timestamp: int | None) -> bool:
-    """Create the ledger's cluster unless it exists; True when it was created now."""
-    if cluster_exists(cluster_id=source.cluster_id):
-        return False
+def _store(
+    writer: ClusterWriter, batch: list[ZeroshotMessage], *, created: bool
+) -> list[ImportedMessage]:
+    """Store one batch of rows; a row the ledger refuses is named by its rowid."""
+    try:
+        return writer.import_messages(
+            [_imported(m) for m in batch], assume_absent=created, deliver=not created
+        )
+    except InvalidInput as error:
+        index = error.details.get("index") if isinstance(error.details, dict) else None
+        if isinstance(index, int) and 0 <= index < len(batch):
+            row = batch[index]
+            raise ZeroshotRowError(row.rowid, f"(id {row.id!r}) {error.message}") from error
+        raise
+
+
+def _cluster_create_transaction(
+    *, source: LedgerSource, first: list[ZeroshotMessage]
+) -> AbstractContextManager[ClusterWriter]:
+    """The transaction that creates the ledger's cluster and fills it."""
     entry = source.cluster
     created_at = entry.created_at if entry is not None else None
     if created_at is None:
-        created_at = first_timestamp if first_timestamp is not None else now_ms()
-    cluster_create(
-        cluster_id=source.cluster_id,
-        config=entry.config if entry is not None else {"agents": []},
-        # Settled once the messages are in (``_cluster_state_settle``).
-        state=ClusterState.STOPPED,
-        created_at=created_at,
-    )
-    return True
+        created_at = first[0].timestamp if first else now_ms()
+    try:
+        return cluster_create_transaction(
+            cluster_id=source.cluster_id,
+            config=entry.config if entry is not None else {"agents": []},
+            # Settled once the messages are in (``_state_settle``).
+            state=ClusterState.STOPPED,
+            created_at=created_at,
+        )
+    except InvalidInput as error:
+        raise InvalidInput(
+            f"its {CLUSTERS_JSON} entry cannot make a cluster: {error.message}",
+            details=error.details,
+        ) from error
 
 
 def _imported(message: ZeroshotMessage) -> ImportedMessage:
@@ -199,16 +279,16 @@ def _last_state_topic(records: Sequence[ImportedMessage | MessageRecord]) -> str
     return next((r.topic for r in reversed(records) if r.topic in STATE_BY_TOPIC), None)
 
 
-def _cluster_state_settle(*, source: LedgerSource, state_topic: str | None) -> None:
-    """Give a cluster created by the import its state: zeroshot's registry first, then topics."""
-    registry_state = source.cluster.state if source.cluster is not None else None
+def _state_settle(
+    writer: ClusterWriter, *, source: LedgerSource, created: bool, state_topic: str | None
+) -> None:
+    """A cluster created by the import takes zeroshot's registry state first, then its topics;
+    an existing one follows ``CLUSTER_COMPLETE`` / ``CLUSTER_FAILED`` (SPEC §1.2)."""
+    registry_state = source.cluster.state if created and source.cluster is not None else None
     if registry_state in ClusterState.values:
-        state = str(registry_state)
+        writer.state_set(str(registry_state))
     elif state_topic is not None:
-        state = STATE_BY_TOPIC[state_topic]
-    else:
-        return
-    cluster_state_set(cluster_id=source.cluster_id, state=state)
+        writer.state_set(STATE_BY_TOPIC[state_topic])
 
 
 def _cluster_state_follow(*, cluster_id: str, topic: str) -> None:
@@ -234,7 +314,8 @@ def zeroshot_follow(
     ledgers followed are those found when following starts.
     """
     stop = stop or threading.Event()
-    done = [(s, _import_source(source=s, progress=progress)) for s in _discover_all(path)]
+    sources, unreadable = _discover_all(path)
+    done = [(s, _import_source(source=s, progress=progress)) for s in sources]
     with tempfile.TemporaryDirectory(prefix="zeroshot-follow-") as tmp:
         tails = []
         for index, (source, ledger) in enumerate(done):
@@ -245,11 +326,16 @@ def zeroshot_follow(
             tails.append(LedgerTail(source=source, last_rowid=ledger.last_rowid, copy_dir=copy_dir))
         while not stop.is_set():
             busy = False
-            for tail in tails:
-                busy = _follow_poll(tail=tail, on_message=on_message) or busy
+            for tail in list(tails):
+                try:
+                    busy = _follow_poll(tail=tail, on_message=on_message) or busy
+                except ServiceError as error:
+                    # Rows the ledger cannot store: following past them would leave a gap.
+                    logger.error("stopped following %s: %s", tail.source.path, error.message)
+                    tails.remove(tail)
             if not busy:
                 stop.wait(poll_interval)
-    return ImportReport(ledgers=tuple(ledger for _, ledger in done))
+    return ImportReport(ledgers=tuple(ledger for _, ledger in done), unreadable=unreadable)
 
 
 def _follow_poll(*, tail: LedgerTail, on_message: OnMessages | None) -> bool:

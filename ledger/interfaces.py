@@ -2,21 +2,32 @@
 
 Other apps import from here, or from the two modules that need no Django at all:
 ``ledger.records`` (the frozen records and the replay policy) and ``ledger.errors`` (the one
-error hierarchy). Nothing here hands out a model instance. ``pyproject.toml``'s import contracts
-check this.
+error hierarchy). The bounds every input is checked against (``ledger.validation``, Django-free
+too, so that the pure cores may import it directly) are here, so that the API, the pages and the
+commands of every app check alike. Nothing here hands out a model instance.
+``pyproject.toml``'s import contracts check this.
 """
 
 from __future__ import annotations
 
 from ledger.bus import Subscription, bus, cluster_group
-from ledger.consumers import websocket_refusal
+from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
 from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
-from ledger.schemas import ClusterDetailOut, ClusterOut, MessageOut
+from ledger.schemas import (
+    ANY_ERRORS,
+    BODY_ERRORS,
+    READ_ERRORS,
+    ClusterDetailOut,
+    ClusterOut,
+    ErrorOut,
+    MessageOut,
+    error_responses,
+)
 from ledger.selectors import (
     cluster_exists,
     cluster_get,
@@ -44,9 +55,33 @@ from ledger.services import (
     message_publish_batch,
     now_ms,
 )
+from ledger.validation import (
+    AGENT_ID_PATTERN,
+    INT32_MAX,
+    INT64_MAX,
+    TIMESTAMP_MAX,
+    JsonValueError,
+    agent_id_problem,
+    agent_ids_problems,
+    integer_check,
+    integer_problem,
+    json_check,
+    json_encode_checked,
+    text_check,
+    text_problem,
+    timestamp_check,
+    timestamp_problem,
+)
 
 __all__ = [
+    "AGENT_ID_PATTERN",
+    "ANY_ERRORS",
+    "BODY_ERRORS",
+    "INT32_MAX",
+    "INT64_MAX",
     "JSON",
+    "READ_ERRORS",
+    "TIMESTAMP_MAX",
     "Batch",
     "ClusterDetailOut",
     "ClusterOut",
@@ -54,9 +89,11 @@ __all__ = [
     "ClusterState",
     "ClusterWriter",
     "Conflict",
+    "ErrorOut",
     "Forbidden",
     "ImportedMessage",
     "InvalidInput",
+    "JsonValueError",
     "MessageDraft",
     "MessageFilter",
     "MessageOut",
@@ -67,6 +104,8 @@ __all__ = [
     "Subscription",
     "TooLarge",
     "Writes",
+    "agent_id_problem",
+    "agent_ids_problems",
     "api_key_create",
     "bus",
     "cluster_create",
@@ -77,6 +116,11 @@ __all__ = [
     "cluster_state_set",
     "cluster_transaction",
     "drafts_check",
+    "error_responses",
+    "integer_check",
+    "integer_problem",
+    "json_check",
+    "json_encode_checked",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",
@@ -94,5 +138,10 @@ __all__ = [
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",
+    "text_check",
+    "text_problem",
+    "timestamp_check",
+    "timestamp_problem",
     "websocket_refusal",
+    "websocket_refuse",
 ]

@@ -12,8 +12,10 @@ from django.http import HttpRequest
 from ledger.errors import Forbidden, InvalidInput, NotFound
 from ledger.models import ApiKey
 from ledger.selectors import cluster_exists
+from ledger.validation import text_check, text_problem
 
 KEY_PREFIX = "zsk"
+NAME_MAX = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,8 @@ class ApiKeyIdentity:
     id: int
     name: str
     cluster_id: str | None
+    # The key's public, random part: names it in counters that outlive a database (rate limits).
+    prefix: str = ""
 
     def may_access(self, cluster_id: str) -> bool:
         return self.cluster_id is None or self.cluster_id == cluster_id
@@ -34,8 +38,11 @@ def _digest(secret: str) -> str:
 
 def api_key_create(*, name: str, cluster_id: str | None = None) -> tuple[ApiKeyIdentity, str]:
     """Make a key; the plain key is returned once and never stored."""
-    if not name.strip():
-        raise InvalidInput("a key needs a name", details={"field": "name"})
+    if not name.strip() or len(name.strip()) > NAME_MAX:
+        raise InvalidInput(
+            f"a key needs a name of 1-{NAME_MAX} characters", details={"field": "name"}
+        )
+    text_check(name, field="name")
     if cluster_id is not None and not cluster_exists(cluster_id=cluster_id):
         raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
     prefix = secrets.token_hex(6)
@@ -44,18 +51,22 @@ def api_key_create(*, name: str, cluster_id: str | None = None) -> tuple[ApiKeyI
     key = ApiKey.objects.create(
         name=name.strip(), prefix=prefix, key_hash=_digest(plain), cluster_id=cluster_id
     )
-    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id), plain
+    identity = ApiKeyIdentity(
+        id=key.pk, name=key.name, cluster_id=key.cluster_id, prefix=key.prefix
+    )
+    return identity, plain
 
 
 def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
     """The identity behind a presented key, or ``None`` (one indexed query)."""
     parts = plain.split("_", 2)
-    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+    # A prefix that could never have been stored is no key, and must not reach the database.
+    if len(parts) != 3 or parts[0] != KEY_PREFIX or text_problem(parts[1]) is not None:
         return None
     key = ApiKey.objects.filter(prefix=parts[1]).first()
     if key is None or not hmac.compare_digest(key.key_hash, _digest(plain)):
         return None
-    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id)
+    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id, prefix=key.prefix)
 
 
 def require_cluster(request: HttpRequest, cluster_id: str) -> None:

@@ -4,12 +4,37 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
-from pydantic import ConfigDict, StrictInt
+from pydantic import ConfigDict, StrictInt, model_validator
 
+from ledger.errors import TooLarge
 from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter
 from ledger.records import TOPIC_PATTERN
 from ledger.services import MessageDraft
+from ledger.validation import INT64_MAX, TIMESTAMP_MAX
+
+
+class ErrorOut(Schema):
+    """Every error of the API (SPEC §6.1); ``code`` is stable, ``message`` is for people."""
+
+    code: str = Field(description="e.g. validation_error, not_found, conflict, too_large")
+    message: str
+    details: Any = None
+
+
+# Every operation: a bad key, a bad query or path value, a rate limit.
+ANY_ERRORS = (401, 422, 429)
+# Operations on one cluster (or another named thing): also scoped keys and missing things.
+READ_ERRORS = (*ANY_ERRORS, 403, 404)
+# Operations with a body: also unreadable and oversized bodies.
+BODY_ERRORS = (*ANY_ERRORS, 400, 413)
+
+
+def error_responses(*statuses: int) -> dict[int, type[ErrorOut]]:
+    """``response=`` entries documenting that an operation answers these statuses with the
+    error shape."""
+    return dict.fromkeys(sorted(set(statuses)), ErrorOut)
 
 
 class MessageIn(Schema):
@@ -20,7 +45,12 @@ class MessageIn(Schema):
     receiver: str = Field("broadcast", min_length=1, max_length=128)
     content: dict[str, Any] | None = Field(None, description="{text?: string, data?: any JSON}")
     metadata: dict[str, Any] | None = None
-    timestamp: StrictInt | None = Field(None, ge=0, description="ms since the epoch")
+    timestamp: StrictInt | None = Field(
+        None,
+        ge=0,
+        le=TIMESTAMP_MAX,
+        description="ms since the epoch; at most LEDGER_MAX_CLOCK_SKEW_MS ahead of the server",
+    )
     id: str | None = Field(None, min_length=1, max_length=128)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
 
@@ -40,7 +70,20 @@ class MessageIn(Schema):
 class BatchIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    messages: list[MessageIn]
+    messages: list[MessageIn] = Field(description="at most LEDGER_MAX_BATCH (1,000) messages")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_length(cls, data: Any) -> Any:
+        # Before each message is validated: a batch of a million messages is refused at once,
+        # not after building a million objects. Not a ValueError, so it is not wrapped as 422.
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if isinstance(messages, list) and len(messages) > settings.LEDGER_MAX_BATCH:
+            raise TooLarge(
+                f"a batch holds at most {settings.LEDGER_MAX_BATCH} messages, got {len(messages)}",
+                details={"field": "messages", "limit": settings.LEDGER_MAX_BATCH},
+            )
+        return data
 
 
 class MessageOut(Schema):
@@ -63,12 +106,14 @@ class MessagePageOut(Schema):
 
 
 class MessageQueryIn(Schema):
-    topic: str | None = None
-    sender: str | None = None
-    receiver: str | None = None
-    since: int | None = Field(None, description="timestamp >= since (ms)")
-    until: int | None = Field(None, description="timestamp <= until (ms)")
-    after: int | None = Field(None, description="sequence > after: the cursor for tailing")
+    topic: str | None = Field(None, max_length=64)
+    sender: str | None = Field(None, max_length=128)
+    receiver: str | None = Field(None, max_length=128)
+    since: int | None = Field(None, ge=0, le=TIMESTAMP_MAX, description="timestamp >= since (ms)")
+    until: int | None = Field(None, ge=0, le=TIMESTAMP_MAX, description="timestamp <= until (ms)")
+    after: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="sequence > after: the cursor for tailing"
+    )
     limit: int = Field(DEFAULT_PAGE, ge=1, le=MAX_PAGE)
     order: Literal["asc", "desc"] = "asc"
 

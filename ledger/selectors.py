@@ -9,9 +9,10 @@ from typing import Literal
 from django.db.models import Q, QuerySet, Subquery
 
 from ledger.errors import InvalidInput, NotFound
-from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter
+from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter, filter_check
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord
+from ledger.validation import INT64_MAX, integer_check, text_problem
 
 NO_FILTER = MessageFilter()
 Order = Literal["asc", "desc"]
@@ -47,9 +48,15 @@ def cluster_record(cluster: Cluster) -> ClusterRecord:
     )
 
 
+def storable(value: object) -> bool:
+    """Whether a string could be stored at all; one that cannot names nothing that exists, and
+    PostgreSQL would refuse to even compare it (NUL)."""
+    return isinstance(value, str) and text_problem(value) is None
+
+
 def cluster_get(*, cluster_id: str) -> ClusterRecord:
     """One cluster, or ``NotFound``."""
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    cluster = Cluster.objects.filter(pk=cluster_id).first() if storable(cluster_id) else None
     if cluster is None:
         raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
     return cluster_record(cluster)
@@ -57,7 +64,7 @@ def cluster_get(*, cluster_id: str) -> ClusterRecord:
 
 def cluster_exists(*, cluster_id: str) -> bool:
     """Whether a cluster with this id exists (one indexed query)."""
-    return Cluster.objects.filter(pk=cluster_id).exists()
+    return storable(cluster_id) and Cluster.objects.filter(pk=cluster_id).exists()
 
 
 def cluster_list(
@@ -72,6 +79,8 @@ def cluster_list(
     if only_id is not None:
         clusters = clusters.filter(pk=only_id)
     if search:
+        if not storable(search):
+            return []
         clusters = clusters.filter(id__icontains=search)
     if state:
         clusters = clusters.filter(state=state)
@@ -80,6 +89,7 @@ def cluster_list(
 
 def _messages(*, cluster_id: str, where: MessageFilter) -> QuerySet[Message]:
     """The messages of one cluster that pass a filter (SPEC §1.3)."""
+    filter_check(where)
     messages = Message.objects.filter(cluster_id=cluster_id)
     if isinstance(where.topic, str):
         messages = messages.filter(topic=where.topic)
@@ -141,7 +151,11 @@ def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
 
 
 def _one(*, cluster_id: str, lookup: dict[str, object], missing: str) -> MessageRecord:
-    message = Message.objects.filter(cluster_id=cluster_id, **lookup).first()
+    findable = storable(cluster_id) and all(
+        storable(v) if isinstance(v, str) else isinstance(v, int) and 0 <= v <= INT64_MAX
+        for v in lookup.values()
+    )
+    message = Message.objects.filter(cluster_id=cluster_id, **lookup).first() if findable else None
     if message is None:
         raise NotFound(missing, details=lookup)
     return message_record(message, cluster_id=cluster_id)
@@ -210,6 +224,7 @@ def lifecycle_event_latest(
 
     One seek on the index ``msg_lifecycle_event``.
     """
+    filter_check(MessageFilter(sender=agent_id, until=until))
     messages = Message.objects.filter(
         cluster_id=cluster_id, sender=agent_id, event=event, topic="AGENT_LIFECYCLE"
     )
@@ -238,6 +253,10 @@ def message_timeline(
     timestamp, sequence) indexes. "Further" means older for ``before``/no cursor, newer for
     ``after``.
     """
+    filter_check(where)
+    for name, cursor_value in (("before", before), ("after", after)):
+        if cursor_value is not None:
+            integer_check(cursor_value, field=name, minimum=0, maximum=INT64_MAX)
     messages = _messages(cluster_id=cluster_id, where=where)
     cursor = before if before is not None else after
     if cursor is not None:

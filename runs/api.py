@@ -10,7 +10,7 @@ from django.db import close_old_connections, connection
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
-from pydantic import ConfigDict, StrictBool, StrictInt
+from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt
 
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -55,8 +55,8 @@ class ClaimIn(Schema):
     cluster: str | None = Field(None, max_length=128)
     agents: list[str] = Field(default_factory=list, max_length=100)
     roles: list[str] = Field(default_factory=list, max_length=100)
-    wait: float = Field(0, ge=0, le=WAIT_MAX, description="seconds to wait for a task")
-    lease: float | None = Field(None, ge=5, le=3600, description="seconds")
+    wait: StrictInt | StrictFloat = Field(0, ge=0, le=WAIT_MAX, description="seconds to wait")
+    lease: StrictInt | StrictFloat | None = Field(None, ge=5, le=3600, description="seconds")
     worker: str = Field("", max_length=128)
 
 
@@ -115,7 +115,7 @@ class UsageIn(Schema):
     inputTokens: StrictInt = Field(0, ge=0)
     outputTokens: StrictInt = Field(0, ge=0)
     model: str | None = Field(None, max_length=200)
-    costUsd: float | None = Field(None, ge=0)
+    costUsd: StrictInt | StrictFloat | None = Field(None, ge=0)
 
 
 class CompleteIn(LeaseIn):
@@ -170,16 +170,22 @@ async def tasks_claim(request: HttpRequest, payload: ClaimIn) -> Any:
         )
     cluster = payload.cluster or scope
     # Nothing of this request keeps a database connection while it waits.
-    await sync_to_async(close_old_connections)()
+    await sync_to_async(_release_connection)()
     deadline = time.monotonic() + payload.wait
     while True:
-        claim = await sync_to_async(_claim_once, thread_sensitive=False)(payload, cluster)
+        claim = await sync_to_async(_claim_once)(payload, cluster)
         if claim is not None:
             return claim.to_wire()
         left = deadline - time.monotonic()
         if left <= 0:
             return Status(204, None)
         await tasks_changed.wait(min(left, RECHECK_SECONDS))
+
+
+def _release_connection() -> None:
+    """Close this thread's connection unless a transaction holds it (a test wraps in one)."""
+    if not connection.in_atomic_block:
+        close_old_connections()
 
 
 def _claim_once(payload: ClaimIn, cluster: str | None) -> services.Claim | None:
@@ -192,7 +198,7 @@ def _claim_once(payload: ClaimIn, cluster: str | None) -> services.Claim | None:
             worker=payload.worker,
         )
     finally:
-        connection.close()
+        _release_connection()
 
 
 @router.post(

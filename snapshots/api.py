@@ -7,7 +7,14 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router
 
-from ledger.interfaces import MessageOut, NotFound, cluster_get, require_cluster
+from ledger.interfaces import (
+    READ_ERRORS,
+    MessageOut,
+    NotFound,
+    cluster_get,
+    error_responses,
+    require_cluster,
+)
 from snapshots.snapshotter import snapshot_latest
 
 router = Router(tags=["snapshots"])
@@ -15,7 +22,7 @@ router = Router(tags=["snapshots"])
 
 @router.get(
     "/clusters/{cluster_id}/snapshot",
-    response=MessageOut,
+    response={200: MessageOut, **error_responses(*READ_ERRORS)},
     summary="The newest state snapshot",
     exclude_unset=True,
 )

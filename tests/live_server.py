@@ -39,7 +39,7 @@ class LiveServer:
             **os.environ,
             "DATABASE_URL": subprocess_database_url(),
             "ZEROSHOT_DATA_DIR": str(data_dir),
-            "DJANGO_SETTINGS_MODULE": "zeroshot_web.settings",
+            "DJANGO_SETTINGS_MODULE": "zeroshot_web.test_settings",
             "DJANGO_DEBUG": "0",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "PYTHONUNBUFFERED": "1",

@@ -16,6 +16,7 @@ from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from ledger.pipeline import pipeline  # noqa: E402
+from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -54,7 +55,7 @@ class PipelineStarter:
 application = PipelineStarter(
     ProtocolTypeRouter(
         {
-            "http": django_asgi_app,
+            "http": RequestBodyLimit(django_asgi_app),
             "websocket": BrowserOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
             ),

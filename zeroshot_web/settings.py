@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ZEROSHOT_DATA_DIR", BASE_DIR / "data"))
@@ -19,9 +21,39 @@ def env_bool(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {value!r}") from None
+
+
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
-# Local runs and tests use a fixed development key; a deployment sets DJANGO_SECRET_KEY.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "dev-only-insecure-key-zeroshot-web"
+
+
+def _secret_key() -> str:
+    """The signing key: from the environment, or a fixed development key only with DEBUG on.
+
+    A server that signed sessions with a key published in the repository would let anyone forge
+    them, so without DEBUG it refuses to start. The test suite names its own key
+    (``zeroshot_web.test_settings``).
+    """
+    key = os.environ.get("DJANGO_SECRET_KEY", "").strip()
+    if key:
+        return key
+    if DEBUG:
+        return "dev-only-insecure-key-zeroshot-web"
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is not set. Set it to a long random value (for example the output "
+        "of `python -c 'import secrets; print(secrets.token_urlsafe(50))'`), or set "
+        "DJANGO_DEBUG=1 for a local development server."
+    )
+
+
+SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = [
     h.strip()
     for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
@@ -30,6 +62,22 @@ ALLOWED_HOSTS = [
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
+
+# Deployment switches, all off by default so that a plain-HTTP local run keeps working;
+# `manage.py check --deploy` is clean with them on (docs/operators-guide.md).
+# Cookies only over HTTPS: the session and the CSRF cookie.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES")
+# Redirect plain HTTP to HTTPS.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT")
+# HTTP Strict Transport Security: seconds browsers remember to use HTTPS only (0 = off).
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD")
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and X-Forwarded-Host): trust them.
+# Only when every request really comes through that proxy, or clients could claim HTTPS.
+if env_bool("DJANGO_BEHIND_PROXY"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    USE_X_FORWARDED_HOST = True
 
 INSTALLED_APPS = [
     "daphne",
@@ -53,6 +101,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so that it shapes the API's errors from every layer below, 500s included.
+    "zeroshot_web.middleware.ApiErrorShapeMiddleware",
+    "zeroshot_web.middleware.UnstorableInputMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -63,7 +114,6 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "zeroshot_web.middleware.ContentSecurityPolicyMiddleware",
-    "zeroshot_web.middleware.ApiErrorShapeMiddleware",
 ]
 
 ROOT_URLCONF = "zeroshot_web.urls"
@@ -110,16 +160,49 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
-CHANNEL_LAYERS: dict[str, Any] = (
-    {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
-        }
+
+
+def redis_channel_layer(url: str) -> dict[str, Any]:
+    """The Redis channel layer, with a socket timeout above its blocking reads.
+
+    channels_redis waits for messages with BZPOPMIN of up to 5 s (``brpop_timeout``), and
+    redis-py 6+ gives every socket a 5 s read timeout by default: an idle consumer's read then
+    times out just as the server answers, and the socket is closed with 1011 (channels_redis
+    issue #422). A read timeout well above the blocking time keeps idle sockets open, while a
+    Redis that really stops answering is still noticed; keepalive finds dead peers.
+    """
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": url,
+                    "socket_timeout": 30,
+                    "socket_connect_timeout": 5,
+                    "socket_keepalive": True,
+                    "health_check_interval": 15,
+                }
+            ]
+        },
     }
-    if REDIS_URL
-    else {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-)
+
+
+CHANNEL_LAYERS: dict[str, Any] = {
+    "default": (
+        redis_channel_layer(REDIS_URL)
+        if REDIS_URL
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    )
+}
+# The API's rate limits count in the cache: in Redis when there is one, so that several server
+# processes share one count per key; else in each process's memory.
+CACHES: dict[str, Any] = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -162,9 +245,14 @@ LOGGING = {
 }
 
 # Ledger limits (SPEC §1.1): each is a setting so that an operator can move it.
-LEDGER_MAX_TEXT_BYTES = int(os.environ.get("LEDGER_MAX_TEXT_BYTES", 1024 * 1024))
-LEDGER_MAX_JSON_BYTES = int(os.environ.get("LEDGER_MAX_JSON_BYTES", 1024 * 1024))
-LEDGER_MAX_BATCH = int(os.environ.get("LEDGER_MAX_BATCH", 1000))
+LEDGER_MAX_TEXT_BYTES = env_int("LEDGER_MAX_TEXT_BYTES", 1024 * 1024)
+LEDGER_MAX_JSON_BYTES = env_int("LEDGER_MAX_JSON_BYTES", 1024 * 1024)
+LEDGER_MAX_BATCH = env_int("LEDGER_MAX_BATCH", 1000)
+# How far ahead of the server's clock a timestamp may be (a publisher's or an import's): a
+# far-future timestamp would become the cluster's clock for every later message.
+LEDGER_MAX_CLOCK_SKEW_MS = env_int("LEDGER_MAX_CLOCK_SKEW_MS", 5 * 60 * 1000)
+# How deep JSON may nest, in request bodies and in stored content, data and metadata.
+LEDGER_MAX_JSON_DEPTH = env_int("LEDGER_MAX_JSON_DEPTH", 64)
 
 # Context engine (SPEC §3.4, §6.2).
 CONTEXT_MAX_CHARS = int(os.environ.get("ZEROSHOT_CONTEXT_MAX_CHARS", 500_000))
@@ -179,5 +267,17 @@ PIPELINE_SWEEP_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_SWEEP_SECONDS",
 # Runs (SPEC §7.3): a retried task waits this long, doubled per attempt, before its next claim.
 RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.0))
 
-# A request body may hold a full batch of maximal messages.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024
+# The largest request body, refused by its Content-Length (or, for a chunked body, by the
+# bytes counted as they arrive) before anything reads or parses it (zeroshot_web/limits.py).
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+# Requests per API key on the agent API, as "N/s", "N/m" or "N/h"; empty turns the limit off.
+# Per minute, so that bursts of a busy agent pass while a runaway loop is stopped in seconds.
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "3000/m").strip() or None
+if API_RATE_LIMIT and not re.fullmatch(
+    r"[1-9][0-9]*/[0-9]*(s|sec|m|min|h|hour|d|day)", API_RATE_LIMIT
+):
+    raise ImproperlyConfigured(
+        "API_RATE_LIMIT is requests per period such as 50/s, 600/m or 10/5s; "
+        f"got {API_RATE_LIMIT!r}"
+    )

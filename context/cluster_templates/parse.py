@@ -19,6 +19,7 @@ from context.cluster_templates.spec import (
     template_error,
     value_error,
 )
+from ledger.validation import agent_id_problem
 
 _PARAM_NAME = re.compile(r"^\w+$")
 
@@ -119,6 +120,9 @@ def _check_agent(
     ident = agent.get("id")
     if not isinstance(ident, str) or not ident.strip():
         problem(f"{where}.id", "required, a non-empty string")
+    elif "{{" not in ident and (bad := agent_id_problem(ident)) is not None:
+        # An id with a placeholder is checked once resolved, when a cluster is made from it.
+        problem(f"{where}.id", bad)
     elif ident in seen:
         problem(f"{where}.id", f"duplicate agent id {ident!r}")
     else:

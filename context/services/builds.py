@@ -31,12 +31,17 @@ from context.services.triggers import as_of_filter, trigger_choose
 from context.strategy import ContextStrategy, strategy_parse
 from ledger import interfaces as ledger
 from ledger.interfaces import (
+    INT32_MAX,
+    INT64_MAX,
     ClusterRecord,
     ClusterWriter,
     InvalidInput,
     MessageFilter,
     MessageRecord,
     NotFound,
+    integer_check,
+    text_check,
+    timestamp_check,
 )
 
 # ``ZEROSHOT_CONTEXT_METRICS=1`` routes this logger to stdout, one line per build (SPEC §6.2).
@@ -46,6 +51,9 @@ TASK_COMPLETED = "TASK_COMPLETED"
 # Writes that commit with a recorded build: the ledger's writer and the new build's id.
 RecordHook = Callable[[ClusterWriter, int], None]
 VALIDATOR_ROLE = "validator"
+# The widths of the build's columns (context.models.ContextBuild).
+AGENT_ID_MAX = 128
+ROLE_MAX = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +173,17 @@ def context_build(
     a past point is always a preview: it replays what the agent saw then. ``record_with`` adds
     writes of the caller's to the transaction that records the build (a task's claim).
     """
-    _check_numbers(max_tokens=max_tokens, iteration=iteration)
+    _check_numbers(
+        max_tokens=max_tokens,
+        iteration=iteration,
+        as_of_sequence=as_of_sequence,
+        as_of_timestamp=as_of_timestamp,
+    )
+    text_check(agent_id, field="agent_id")
+    if not 1 <= len(agent_id) <= AGENT_ID_MAX:
+        raise InvalidInput(
+            f"agent_id must be 1-{AGENT_ID_MAX} characters", details={"field": "agent_id"}
+        )
     cluster = ledger.cluster_get(cluster_id=cluster_id)
     config = agent_config_resolve(cluster=cluster, agent_id=agent_id, inline=agent)
     parsed = _strategy(config, override=strategy, agent_id=agent_id)
@@ -201,11 +219,21 @@ def context_build(
     return replace(outcome, recorded=True, build_id=build.pk, started_at=build.started_at)
 
 
-def _check_numbers(*, max_tokens: int | None, iteration: int | None) -> None:
-    if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
-        raise InvalidInput("max_tokens must be a positive integer", details={"field": "max_tokens"})
-    if iteration is not None and iteration < 1:
-        raise InvalidInput("iteration must be a positive integer", details={"field": "iteration"})
+def _check_numbers(
+    *,
+    max_tokens: int | None,
+    iteration: int | None,
+    as_of_sequence: int | None,
+    as_of_timestamp: int | None,
+) -> None:
+    """The numbers of a build within what their columns hold (int32 for the recorded ones)."""
+    for name, value in (("max_tokens", max_tokens), ("iteration", iteration)):
+        if value is not None:
+            integer_check(value, field=name, minimum=1, maximum=INT32_MAX)
+    if as_of_sequence is not None:
+        integer_check(as_of_sequence, field="as_of_sequence", minimum=1, maximum=INT64_MAX)
+    if as_of_timestamp is not None:
+        timestamp_check(as_of_timestamp, field="as_of_timestamp")
 
 
 def agent_config_resolve(
@@ -329,7 +357,8 @@ def _record(plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | Non
         build = ContextBuild.objects.create(
             cluster_id=plan.cluster.id,
             agent_id=plan.agent_id,
-            role=str(plan.agent.get("role") or ""),
+            # The role is shown, never looked up: a longer one from a config is cut to fit.
+            role=str(plan.agent.get("role") or "")[:ROLE_MAX],
             iteration=plan.iteration,
             # Strictly after everything the agent could have seen (SPEC §2.2).
             started_at=max(ledger.now_ms(), writer.last_timestamp + 1),

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max
 
@@ -32,7 +33,13 @@ from context.models import ClusterTemplate, ClusterTemplateVersion
 from context.strategy import strategy_validate_agents
 from ledger import interfaces as ledger
 from ledger.errors import InvalidInput, NotFound
-from ledger.interfaces import ClusterRecord
+from ledger.interfaces import (
+    ClusterRecord,
+    JsonValueError,
+    json_encode_checked,
+    text_check,
+    text_problem,
+)
 
 NAME_MAX = 200
 # A stand-in for a required param that has neither a default nor allowed values, used only to
@@ -126,7 +133,15 @@ def template_validation_params(spec: TemplateSpec) -> dict[str, JSON]:
 
 
 def template_check(body: JSON) -> TemplateCheck:
-    """Check a template body: shape, resolution with validation params, and agent strategies."""
+    """Check a template body: storable JSON, shape, resolution with validation params, and
+    agent strategies."""
+    try:
+        json_encode_checked(body, max_depth=settings.LEDGER_MAX_JSON_DEPTH)
+    except JsonValueError as error:
+        where = error.path.lstrip(".")
+        return TemplateCheck(
+            errors=[{"field": where, "message": f"{where or 'the template'} {error.problem}"}]
+        )
     try:
         spec = template_parse(body)
     except TemplateError as error:
@@ -195,6 +210,7 @@ def template_save(*, name: str, body: JSON, note: str = "", builtin: bool = Fals
     name = name.strip() if isinstance(name, str) else ""
     if not name or len(name) > NAME_MAX:
         raise InvalidInput(f"a template name is 1-{NAME_MAX} characters", details={"field": "name"})
+    text_check(name, field="name")
     check = template_check(body)
     if not check.valid:
         raise _invalid(name, check)
@@ -278,7 +294,8 @@ def _with_versions() -> Any:
 
 def template_get(*, name: str) -> TemplateRecord:
     """One template with its body, or ``NotFound``."""
-    template = _with_versions().filter(name=name).first()
+    # A name that could not be stored names no template (and PostgreSQL refuses a NUL).
+    template = _with_versions().filter(name=name).first() if text_problem(name) is None else None
     if template is None:
         raise NotFound(f"template {name!r} does not exist", details={"template": name})
     return _record(

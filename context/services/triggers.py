@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ledger import interfaces as ledger
-from ledger.interfaces import InvalidInput, MessageFilter, MessageRecord
+from ledger.interfaces import InvalidInput, MessageFilter, MessageRecord, text_check
+from ledger.records import TOPIC_PATTERN
+
+TOPIC_RE = re.compile(TOPIC_PATTERN)
 
 
 def as_of_filter(*, cluster_id: str, sequence: int | None, timestamp: int | None) -> MessageFilter:
@@ -26,11 +30,18 @@ def as_of_filter(*, cluster_id: str, sequence: int | None, timestamp: int | None
 
 def _inline_trigger(*, cluster_id: str, raw: Mapping[str, Any]) -> MessageRecord:
     topic, sender = raw.get("topic"), raw.get("sender")
-    if not isinstance(topic, str) or not topic or not isinstance(sender, str) or not sender:
+    if not isinstance(topic, str) or not isinstance(sender, str) or not 1 <= len(sender) <= 128:
         raise InvalidInput(
-            "triggering_message needs a topic and a sender",
+            "triggering_message needs a topic and a sender of 1-128 characters",
             details={"field": "triggering_message"},
         )
+    # The topic is recorded with the build; it must be a topic a message could have.
+    if not TOPIC_RE.match(topic):
+        raise InvalidInput(
+            f"triggering_message.topic must match {TOPIC_PATTERN}, got {topic!r}",
+            details={"field": "triggering_message.topic"},
+        )
+    text_check(sender, field="triggering_message.sender")
     content = raw.get("content") or {}
     if not isinstance(content, Mapping):
         raise InvalidInput(

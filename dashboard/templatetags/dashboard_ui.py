@@ -9,8 +9,10 @@ import json
 import zlib
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from django import template
+from django.urls import NoReverseMatch, reverse
 
 from dashboard.presentation import time_text
 
@@ -51,32 +53,61 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
 
 
-def _moment(ms: int) -> datetime:
-    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
+def _moment(ms: int | str | None) -> datetime | None:
+    """The instant of an epoch-milliseconds value, or None when there is none to show.
+
+    The ledger refuses timestamps past 9999 (``ledger.validation``), but a page must still
+    show whatever an older database holds rather than fail.
+    """
+    if ms is None or ms == "":
+        return None
+    try:
+        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @register.filter
 def iso_ms(ms: int | str | None) -> str:
     """An epoch-milliseconds value as an ISO 8601 UTC instant (for ``<time datetime>``)."""
-    if ms is None or ms == "":
+    moment = _moment(ms)
+    if moment is None:
         return ""
-    return _moment(int(ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @register.filter
 def utc_text(ms: int | str | None) -> str:
     """The readable UTC time shown until the page's script converts it to local time."""
-    if ms is None or ms == "":
-        return ""
-    return _moment(int(ms)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    moment = _moment(ms)
+    if moment is None:
+        return "" if ms is None else str(ms)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @register.filter
 def input_utc(ms: int | str | None) -> str:
     """A ``datetime-local`` input value in UTC; the page's script shows it in local time."""
-    if ms is None or ms == "":
-        return ""
-    return _moment(int(ms)).strftime("%Y-%m-%dT%H:%M:%S")
+    moment = _moment(ms)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") if moment is not None else ""
+
+
+@register.simple_tag
+def inspector_url(cluster_id: str, agent_id: Any) -> str:
+    """The inspector of one agent, for any id a stored config may hold.
+
+    Agent ids are checked against SPEC §4 when a config is saved, but a config stored before
+    may hold one that no route takes (a ``/`` in it): it gets a quoted link that answers 404
+    instead of failing the whole page.
+    """
+    try:
+        return reverse(
+            "dashboard:inspector", kwargs={"cluster_id": cluster_id, "agent_id": agent_id}
+        )
+    except NoReverseMatch:
+        return (
+            f"/clusters/{quote(str(cluster_id), safe='')}/agents/{quote(str(agent_id), safe='')}/"
+        )
 
 
 @register.filter

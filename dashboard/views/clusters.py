@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -20,7 +20,7 @@ from context.selectors import BuildRecord, build_latest_by_agent
 from context.strategy import agent_max_tokens
 from dashboard.forms import ClusterListForm, TimelineForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region
-from dashboard.templatetags.dashboard_ui import TOPIC_TONES
+from dashboard.templatetags.dashboard_ui import TOPIC_TONES, inspector_url
 from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ClusterState, MessageRecord, NotFound
@@ -49,16 +49,6 @@ def _usage(builds: list[BuildRecord]) -> Usage | None:
         budget=sum(b.max_tokens for b in builds),
         detail=detail,
     )
-
-
-def inspector_url(cluster_id: str, agent_id: str) -> str:
-    """The inspector of one agent; an id that no route takes (a ``/`` in it) is quoted."""
-    try:
-        return reverse(
-            "dashboard:inspector", kwargs={"cluster_id": cluster_id, "agent_id": agent_id}
-        )
-    except NoReverseMatch:
-        return f"/clusters/{quote(cluster_id, safe='')}/agents/{quote(agent_id, safe='')}/"
 
 
 @require_GET

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from ledger.services.clusters import (
     CLUSTER_ID_RE,
+    cluster_config_check,
     cluster_create,
+    cluster_create_transaction,
     cluster_id_generate,
     cluster_state_set,
 )
@@ -21,6 +23,7 @@ from ledger.services.writer import (
     ClusterWriter,
     ImportedMessage,
     cluster_transaction,
+    imported_messages_check,
 )
 
 __all__ = [
@@ -29,11 +32,14 @@ __all__ = [
     "ClusterWriter",
     "ImportedMessage",
     "MessageDraft",
+    "cluster_config_check",
     "cluster_create",
+    "cluster_create_transaction",
     "cluster_id_generate",
     "cluster_state_set",
     "cluster_transaction",
     "drafts_check",
+    "imported_messages_check",
     "message_draft_check",
     "message_import_backfill",
     "message_import_batch",

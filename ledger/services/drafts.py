@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,12 @@ from django.conf import settings
 
 from ledger.errors import InvalidInput, ServiceError, TooLarge
 from ledger.records import JSON, TOPIC_PATTERN
+from ledger.validation import (
+    JsonValueError,
+    json_encode_checked,
+    text_problem,
+    timestamp_problem,
+)
 
 TOPIC_RE = re.compile(TOPIC_PATTERN)
 MESSAGE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -47,13 +54,14 @@ class MessageDraft:
         return hashlib.sha256(encoded.encode()).hexdigest()
 
 
-def _json_size(value: JSON) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> None:
-    """Check a draft against SPEC §1.1; raise ``InvalidInput`` or ``TooLarge`` naming the field."""
-    for field_name, problem, error in _problems(draft):
+def message_draft_check(
+    draft: MessageDraft, *, index: int | None = None, now: int | None = None
+) -> None:
+    """Check a draft against SPEC §1.1 and the ledger's bounds (``ledger.validation``); raise
+    ``InvalidInput`` or ``TooLarge`` naming the field. ``now`` is the clock a timestamp may not
+    run ahead of by more than ``LEDGER_MAX_CLOCK_SKEW_MS``."""
+    clock = now if now is not None else time.time_ns() // 1_000_000
+    for field_name, problem, error in _problems(draft, now=clock):
         where: dict[str, Any] = {"field": field_name}
         name = field_name
         if index is not None:
@@ -62,7 +70,7 @@ def message_draft_check(draft: MessageDraft, *, index: int | None = None) -> Non
         raise error(f"{name} {problem}", details=where)
 
 
-def _problems(draft: MessageDraft) -> Iterator[tuple[str, str, type[ServiceError]]]:
+def _problems(draft: MessageDraft, *, now: int) -> Iterator[tuple[str, str, type[ServiceError]]]:
     """Each field that breaks SPEC §1.1: its name, what is wrong, and the error to raise."""
     if not isinstance(draft.topic, str) or not TOPIC_RE.match(draft.topic):
         yield (
@@ -73,14 +81,20 @@ def _problems(draft: MessageDraft) -> Iterator[tuple[str, str, type[ServiceError
     for name, value in (("sender", draft.sender), ("receiver", draft.receiver)):
         if not isinstance(value, str) or not 1 <= len(value) <= 128:
             yield name, "must be 1-128 characters", InvalidInput
+        elif (problem := text_problem(value)) is not None:
+            yield name, problem, InvalidInput
     if draft.id is not None and not MESSAGE_ID_RE.match(draft.id):
         yield "id", "must be 1-128 letters, digits or _.:- characters", InvalidInput
     key = draft.idempotency_key
     if key is not None and not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
         yield "idempotency_key", f"must be 1-{IDEMPOTENCY_KEY_MAX} characters", InvalidInput
+    elif key is not None and (problem := text_problem(key)) is not None:
+        yield "idempotency_key", problem, InvalidInput
     stamp = draft.timestamp
-    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int) or stamp < 0):
-        yield "timestamp", "must be a non-negative integer of milliseconds", InvalidInput
+    if stamp is not None and (
+        problem := timestamp_problem(stamp, now=now, max_ahead=settings.LEDGER_MAX_CLOCK_SKEW_MS)
+    ):
+        yield "timestamp", problem, InvalidInput
     yield from _content_problems(draft)
 
 
@@ -92,15 +106,28 @@ def _content_problems(draft: MessageDraft) -> Iterator[tuple[str, str, type[Serv
     if text is not None and not isinstance(text, str):
         yield "content.text", "must be a string", InvalidInput
     text_limit, json_limit = settings.LEDGER_MAX_TEXT_BYTES, settings.LEDGER_MAX_JSON_BYTES
-    if isinstance(text, str) and len(text.encode()) > text_limit:
-        yield "content.text", f"is larger than {text_limit} bytes", TooLarge
-    if "data" in draft.content and _json_size(draft.content["data"]) > json_limit:
-        yield "content.data", f"is larger than {json_limit} bytes serialised", TooLarge
-    if _json_size(draft.metadata) > json_limit:
-        yield "metadata", f"is larger than {json_limit} bytes serialised", TooLarge
+    if isinstance(text, str):
+        if (problem := text_problem(text)) is not None:
+            yield "content.text", problem, InvalidInput
+        elif len(text.encode()) > text_limit:
+            yield "content.text", f"is larger than {text_limit} bytes", TooLarge
+    values = [("metadata", draft.metadata)]
+    if "data" in draft.content:
+        values.insert(0, ("content.data", draft.content["data"]))
+    for name, value in values:
+        # Checked (and serialised once) before measuring: an unstorable value has no size.
+        try:
+            encoded = json_encode_checked(value, max_depth=settings.LEDGER_MAX_JSON_DEPTH)
+        except JsonValueError as error:
+            yield f"{name}{error.path}", error.problem, InvalidInput
+            continue
+        if len(encoded.encode()) > json_limit:
+            yield name, f"is larger than {json_limit} bytes serialised", TooLarge
 
 
-def drafts_check(drafts: Sequence[MessageDraft], *, single: bool = False) -> None:
+def drafts_check(
+    drafts: Sequence[MessageDraft], *, single: bool = False, now: int | None = None
+) -> None:
     """Check a batch: its length against the limit, then each draft (SPEC §1.1)."""
     if not drafts:
         raise InvalidInput("a batch needs at least one message", details={"field": "messages"})
@@ -110,4 +137,4 @@ def drafts_check(drafts: Sequence[MessageDraft], *, single: bool = False) -> Non
             details={"field": "messages", "limit": settings.LEDGER_MAX_BATCH},
         )
     for index, draft in enumerate(drafts):
-        message_draft_check(draft, index=None if single else index)
+        message_draft_check(draft, index=None if single else index, now=now)

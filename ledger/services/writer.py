@@ -14,11 +14,13 @@ recorded context build, a state snapshot — happens inside ``cluster_transactio
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from ledger.bus import bus
@@ -27,6 +29,7 @@ from ledger.models import Cluster, ClusterState, Message
 from ledger.records import JSON, MessageRecord, event_of, replay_allowed
 from ledger.selectors import message_record
 from ledger.services.drafts import MessageDraft, drafts_check
+from ledger.validation import JsonValueError, json_encode_checked, text_problem, timestamp_problem
 
 STATE_BY_TOPIC = {"CLUSTER_COMPLETE": ClusterState.COMPLETED, "CLUSTER_FAILED": ClusterState.FAILED}
 # Stored ids looked up per query when an import may repeat some.
@@ -54,11 +57,22 @@ class ImportedMessage:
 
 
 @contextmanager
-def cluster_transaction(cluster_id: str) -> Iterator[ClusterWriter]:
+def cluster_transaction(cluster_id: str, *, new: Cluster | None = None) -> Iterator[ClusterWriter]:
     """Open the cluster's write transaction; everything written through the writer commits
-    together, and the messages are delivered to the bus after the commit, in commit order."""
+    together, and the messages are delivered to the bus after the commit, in commit order.
+
+    With ``new`` (an unsaved cluster row, see ``cluster_create_transaction``) the cluster is
+    created inside the same transaction: it exists only if everything written commits.
+    """
     with bus.ordered_commit(cluster_id), transaction.atomic(durable=True):
-        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+        if new is not None:
+            cluster: Cluster | None = _cluster_insert(new)
+        else:
+            cluster = (
+                Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+                if text_problem(cluster_id) is None
+                else None
+            )
         if cluster is None:
             raise NotFound(
                 f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id}
@@ -66,6 +80,17 @@ def cluster_transaction(cluster_id: str) -> Iterator[ClusterWriter]:
         writer = ClusterWriter(cluster)
         yield writer
         writer.flush()
+
+
+def _cluster_insert(cluster: Cluster) -> Cluster:
+    # The first statement of the transaction: when it fails, the whole transaction goes.
+    try:
+        cluster.save(force_insert=True)
+    except IntegrityError as error:
+        raise Conflict(
+            f"cluster {cluster.pk!r} already exists", details={"cluster_id": cluster.pk}
+        ) from error
+    return cluster
 
 
 class ClusterWriter:
@@ -114,8 +139,9 @@ class ClusterWriter:
         repeat returns the message stored for its key (SPEC §1.1). ``now`` is the clock the
         timestamps start from; ``single`` names fields without a batch index in errors.
         """
-        drafts_check(drafts, single=single)
+        drafts_check(drafts, single=single, now=now)
         plan = _IdempotencyPlan.make(cluster=self._cluster, drafts=drafts)
+        self._ids_check(draft for _, draft, _ in plan.fresh)
         if plan.fresh:
             base = self._first_timestamp(plan.fresh, now=now)
             rows = [
@@ -134,11 +160,14 @@ class ClusterWriter:
     ) -> list[ImportedMessage]:
         """Append messages that keep their ids and timestamps; ids already present are skipped.
 
-        Imports take the source's values as they are (SPEC §1.1). Returns the messages stored,
-        in sequence order; with ``deliver`` they reach the bus on commit, marked as imported.
+        Imports take the source's values as they are (SPEC §1.1), within what the ledger can
+        store (``imported_messages_check``: ``InvalidInput`` whose details name the ``index`` of
+        the first message that is not). Returns the messages stored, in sequence order; with
+        ``deliver`` they reach the bus on commit, marked as imported.
         ``assume_absent`` skips the look-up of stored ids, for a caller that fills a cluster it
         created with ids that are unique; the unique constraint still refuses a repeat.
         """
+        imported_messages_check(messages)
         present = set() if assume_absent else self._stored_ids(messages)
         fresh: list[ImportedMessage] = []
         for message in messages:
@@ -243,16 +272,27 @@ class ClusterWriter:
             body_hash=body_hash,
         )
 
+    def _ids_check(self, drafts: Iterable[MessageDraft]) -> None:
+        """Refuse publisher-given ids that the cluster (or the batch) already has (409).
+
+        Checked before the insert, under the cluster's lock, so that the unique constraint
+        never has to speak: its error names the database's constraint, not the message.
+        """
+        given: list[str] = []
+        for draft in drafts:
+            if draft.id is not None:
+                if draft.id in given:
+                    raise _id_taken(draft.id, cluster_id=self.cluster_id)
+                given.append(draft.id)
+        if not given or self._cluster.last_sequence == 0:
+            return
+        taken = Message.objects.filter(cluster=self._cluster, message_id__in=given).first()
+        if taken is not None:
+            raise _id_taken(taken.message_id, cluster_id=self.cluster_id)
+
     @staticmethod
     def _insert(rows: list[Message]) -> None:
-        try:
-            Message.objects.bulk_create(rows)
-        except IntegrityError as error:
-            # Only a publisher-given id can collide: sequences are allocated under the lock.
-            raise Conflict(
-                "a message with this id already exists in the cluster",
-                details={"ids": [row.message_id for row in rows]},
-            ) from error
+        Message.objects.bulk_create(rows)
 
     def _advance(self, records: Sequence[MessageRecord]) -> None:
         """Move the cluster's sequence and clock past ``records``; ending topics move its state."""
@@ -276,6 +316,13 @@ class ClusterWriter:
                 ).values_list("message_id", flat=True)
             )
         return present
+
+
+def _id_taken(message_id: str, *, cluster_id: str) -> Conflict:
+    return Conflict(
+        f"a message with id {message_id!r} already exists in the cluster",
+        details={"id": message_id, "cluster_id": cluster_id},
+    )
 
 
 @dataclass
@@ -338,6 +385,53 @@ class _IdempotencyPlan:
             assert found is not None
             final.append(found)
         return final
+
+
+# The widths of the message columns an import fills from its source (ledger.models.Message).
+_IMPORT_WIDTHS = (("id", 128), ("topic", 64), ("sender", 128), ("receiver", 128))
+
+
+def imported_messages_check(messages: Sequence[ImportedMessage], *, now: int | None = None) -> None:
+    """Refuse what the ledger cannot store from an import, naming the message's ``index``.
+
+    Imports keep the source's values (SPEC §1.1: no topic pattern, no timestamp adjustment),
+    but not values the databases refuse or that would break the cluster: strings wider than
+    their columns or holding NUL or lone surrogates, timestamps outside 0 … 9999-12-31 or
+    further ahead of the clock than ``LEDGER_MAX_CLOCK_SKEW_MS`` (the cluster's clock would
+    jump there), and JSON with NaN or nested deeper than ``LEDGER_MAX_JSON_DEPTH``.
+    """
+    clock = now if now is not None else time.time_ns() // 1_000_000
+    skew, depth = settings.LEDGER_MAX_CLOCK_SKEW_MS, settings.LEDGER_MAX_JSON_DEPTH
+    for index, message in enumerate(messages):
+        found = _imported_problem(message, now=clock, skew=skew, depth=depth)
+        if found is not None:
+            field, problem = found
+            raise InvalidInput(
+                f"{field} {problem}", details={"index": index, "id": message.id, "field": field}
+            )
+
+
+def _imported_problem(
+    message: ImportedMessage, *, now: int, skew: int, depth: int
+) -> tuple[str, str] | None:
+    for field, width in _IMPORT_WIDTHS:
+        value = getattr(message, field)
+        if not isinstance(value, str):
+            return field, "must be a string"
+        if len(value) > width:
+            return field, f"is longer than {width} characters"
+        if (problem := text_problem(value)) is not None:
+            return field, problem
+    if not message.id:
+        return "id", "must not be empty"
+    if (problem := timestamp_problem(message.timestamp, now=now, max_ahead=skew)) is not None:
+        return "timestamp", problem
+    for field, value in (("content", message.content), ("metadata", message.metadata)):
+        try:
+            json_encode_checked(value, max_depth=depth)
+        except JsonValueError as error:
+            return f"{field}{error.path}", error.problem
+    return None
 
 
 # The columns an import sets itself, in the order ``_insert_imported`` builds its rows.

@@ -92,6 +92,14 @@ class ZeroshotFormatError(InvalidInput):
     code = "zeroshot_format"
 
 
+class ZeroshotRowError(ZeroshotFormatError):
+    """A row of a ledger that cannot be read as a message; ``rowid`` names it."""
+
+    def __init__(self, rowid: int, message: str) -> None:
+        super().__init__(f"row {rowid}: {message}", details={"rowid": rowid})
+        self.rowid = rowid
+
+
 class ZeroshotSourceError(ServiceError):
     """A zeroshot path that is missing, already taken, or kept changing while being copied."""
 
@@ -114,6 +122,8 @@ class ZeroshotMessage:
     cluster_id: str
     # The column held a value even if it parsed to null or was invalid: ``content.data`` exists.
     has_content_data: bool = False
+    # ``content_data`` or ``metadata`` held text that is not JSON; it reads as null.
+    json_unreadable: bool = False
 
     @property
     def content(self) -> dict[str, JSON]:
@@ -183,15 +193,18 @@ def _reject_constant(name: str) -> None:
 _JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
-def parse_json_column(value: object) -> JSON:
-    """Parse a JSON column; NULL and anything that is not strict JSON read as None."""
+def read_json_column(value: object) -> tuple[JSON, bool]:
+    """A JSON column's value, and whether it held text that is not strict JSON (read as None).
+
+    NaN and Infinity are not JSON; nesting too deep for the parser is unreadable too.
+    """
     text = as_text(value)
     if text is None:
-        return None
+        return None, False
     try:
-        return _JSON_DECODER.decode(text)
-    except ValueError:
-        return None
+        return _JSON_DECODER.decode(text), False
+    except (ValueError, RecursionError):
+        return None, True
 
 
 def compact_json(value: JSON) -> str:

@@ -10,7 +10,7 @@ import json
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,10 @@ from ledger.zeroshot.format import (
     ZeroshotCluster,
     ZeroshotFormatError,
     ZeroshotMessage,
+    ZeroshotRowError,
     ZeroshotSourceError,
     as_text,
-    parse_json_column,
+    read_json_column,
 )
 
 _COPY_ATTEMPTS = 5
@@ -63,8 +64,11 @@ def open_snapshot(path: StrPath) -> Iterator[sqlite3.Connection]:
 
 def read_messages(
     conn: sqlite3.Connection, *, after_rowid: int = 0, batch_size: int = 5000
-) -> Iterator[list[ZeroshotMessage]]:
-    """Yield the messages in zeroshot's replay order, ``(timestamp, rowid)``, in batches."""
+) -> Generator[list[ZeroshotMessage], None, None]:
+    """Yield the messages in zeroshot's replay order, ``(timestamp, rowid)``, in batches.
+
+    Close it (``contextlib.closing``) before the connection when not reading to the end.
+    """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     select, default_cluster_id = _select_messages(conn)
@@ -91,7 +95,7 @@ def count_messages(conn: sqlite3.Connection, *, after_rowid: int = 0) -> int:
 
 def _batches(
     cursor: sqlite3.Cursor, batch_size: int, default_cluster_id: str
-) -> Iterator[list[ZeroshotMessage]]:
+) -> Generator[list[ZeroshotMessage], None, None]:
     try:
         while rows := cursor.fetchmany(batch_size):
             yield [_message_from_row(row, default_cluster_id) for row in rows]
@@ -126,19 +130,32 @@ def _select_messages(conn: sqlite3.Connection) -> tuple[str, str]:
 
 def _message_from_row(row: tuple[Any, ...], default_cluster_id: str) -> ZeroshotMessage:
     rowid, id_, timestamp, topic, sender, receiver, text, data, metadata, cluster_id = row
+    content_data, data_unreadable = read_json_column(data)
+    metadata_value, metadata_unreadable = read_json_column(metadata)
     return ZeroshotMessage(
         rowid=int(rowid),
         id=as_text(id_) or "",
-        timestamp=int(timestamp),
+        timestamp=_timestamp(timestamp, rowid=int(rowid)),
         topic=as_text(topic) or "",
         sender=as_text(sender) or "",
         receiver=as_text(receiver) or DEFAULT_RECEIVER,
         content_text=as_text(text),
-        content_data=parse_json_column(data),
-        metadata=parse_json_column(metadata),
+        content_data=content_data,
+        metadata=metadata_value,
         cluster_id=as_text(cluster_id) or default_cluster_id,
         has_content_data=data is not None,
+        json_unreadable=data_unreadable or metadata_unreadable,
     )
+
+
+def _timestamp(value: object, *, rowid: int) -> int:
+    """A row's timestamp as an integer of ms; SQLite's column affinity lets text or NULL in."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    shown = repr(value) if not isinstance(value, str | bytes) else repr(value[:40])
+    raise ZeroshotRowError(rowid, f"timestamp is {shown}, not an integer of milliseconds")
 
 
 def copy_ledger_files(source: Path, target_dir: Path) -> Path:
@@ -224,7 +241,10 @@ def discover(path: StrPath) -> list[LedgerSource]:
     """The ledgers at ``path``: one ``.db`` file, or those directly inside a zeroshot folder."""
     root = Path(path)
     if root.is_dir():
-        files = sorted(p for p in root.iterdir() if p.suffix == LEDGER_SUFFIX and p.is_file())
+        try:
+            files = sorted(p for p in root.iterdir() if p.suffix == LEDGER_SUFFIX and p.is_file())
+        except OSError as exc:
+            raise ZeroshotSourceError(f"cannot read the folder {root}: {exc.strerror}") from exc
         registry = root / CLUSTERS_JSON
     elif root.is_file():
         files = [root]

@@ -24,6 +24,13 @@ pytestmark = pytest.mark.django_db
 T0 = 4_102_444_800_000  # 2100-01-01T00:00:00.000Z
 
 
+@pytest.fixture(autouse=True)
+def _clock_far_behind(settings: Any) -> None:
+    """Messages here are dated 2100, ahead of any build's clock (so that a recorded build
+    starts right after them): allow timestamps that far ahead of the server's clock."""
+    settings.LEDGER_MAX_CLOCK_SKEW_MS = 200 * 365 * 86_400_000
+
+
 def make_cluster(agents: list[dict[str, Any]], cluster_id: str = "c1") -> str:
     return cluster_create(cluster_id=cluster_id, config={"agents": agents}, created_at=T0).id
 

@@ -201,3 +201,34 @@ def test_hooks_that_would_run_shell_commands_refuse_the_template() -> None:
     [error] = [e for e in check.errors if e["field"] == "agents[0].hooks.onComplete.action"]
     assert error["agent"] == "pusher"
     assert "never runs shell commands" in str(error["message"])
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "t", "description": "a\x00b", "agents": []}, "description"),
+        (
+            {"name": "t", "agents": [{"id": "w", "role": "r", "prompt": "\ud800"}]},
+            "agents[0].prompt",
+        ),
+        (
+            {"name": "t", "params": {"n": {"type": "number", "default": float("nan")}}},
+            "params.n.default",
+        ),
+    ],
+)
+def test_a_template_the_database_could_not_store_is_an_error_naming_the_field(
+    body: dict[str, Any], field: str
+) -> None:
+    check = template_check(body)
+
+    assert not check.valid
+    assert check.errors[0]["field"] == field
+
+
+def test_a_template_name_with_a_nul_is_refused_and_finds_nothing() -> None:
+    with pytest.raises(InvalidInput, match="name must not contain NUL"):
+        template_save(name="bad\x00name", body=small_template())
+
+    with pytest.raises(NotFound):
+        template_get(name="bad\x00name")

@@ -393,3 +393,26 @@ def test_template_error_is_a_value_error_with_a_stable_code() -> None:
         "field": "name",
         "message": body["message"].split(" (")[0],
     }
+
+
+@pytest.mark.parametrize("agent_id", ["team/worker", "-worker", "w" * 65, "a b", "wörker"])
+def test_a_template_agent_id_outside_spec_4_is_an_error_naming_the_agent(agent_id: str) -> None:
+    body = {
+        "name": "odd-ids",
+        "agents": [{"id": agent_id, "role": "implementation", "prompt": "Work."}],
+    }
+
+    with pytest.raises(TemplateError) as refused:
+        template_parse(body)
+
+    assert "agents[0].id: must be 1-64 letters, digits or _.- characters" in refused.value.message
+
+
+def test_a_template_agent_id_with_a_placeholder_is_checked_once_resolved() -> None:
+    body = {
+        "name": "param-ids",
+        "params": {"team": {"type": "string", "default": "alpha"}},
+        "agents": [{"id": "{{team}}-worker", "role": "implementation", "prompt": "Work."}],
+    }
+
+    assert template_parse(body).agents[0]["id"] == "{{team}}-worker"

@@ -68,3 +68,27 @@ def test_demo_records_builds_and_snapshots_as_a_run_would(db: None) -> None:
     assert newest is not None
     assert newest.content["text"] == snapshot_summary(newest.content["data"])
     assert "Validation: approved" in newest.content["text"]
+
+
+# Arguments as Python reads them from a command line holding bytes that are not UTF-8.
+UNDECODABLE = b"w\xff".decode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "says"),
+    [
+        ("create_api_key", [UNDECODABLE], "name must not contain lone surrogates"),
+        ("create_api_key", ["pool", "--cluster", UNDECODABLE], "does not exist"),
+        ("build_context", ["test-cluster", UNDECODABLE], "agent_id must not contain lone"),
+        ("build_context", [UNDECODABLE, "worker"], "does not exist"),
+        ("build_context", ["test-cluster", "worker", "--max-tokens", str(2**31)], "max_tokens"),
+        ("export_cluster", [UNDECODABLE], "does not exist"),
+    ],
+)
+def test_commands_refuse_unstorable_arguments_clearly(
+    cluster: str, command: str, args: list[str], says: str
+) -> None:
+    with pytest.raises(CommandError, match=says):
+        call_command(command, *args, stdout=StringIO(), stderr=StringIO())
+
+    assert not ApiKey.objects.exists()

@@ -53,7 +53,8 @@ def test_past_timestamp_is_pulled_up_and_future_one_kept(cluster: str) -> None:
     past = message_publish(
         cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", timestamp=1000)
     )
-    future_ts = before + 10_000_000
+    # Within the allowed clock skew (LEDGER_MAX_CLOCK_SKEW_MS, 5 minutes by default).
+    future_ts = before + 60_000
     future = message_publish(
         cluster_id=cluster, draft=MessageDraft(topic="T", sender="a", timestamp=future_ts)
     )
@@ -235,3 +236,31 @@ def test_cluster_create_refuses_bad_ids(db: None, bad: str) -> None:
 def test_cluster_create_refuses_a_taken_id(cluster: str) -> None:
     with pytest.raises(Conflict):
         cluster_create(cluster_id=cluster)
+
+
+def test_a_cluster_created_in_a_transaction_exists_only_if_it_commits(db: None) -> None:
+    from ledger.services import cluster_create_transaction
+
+    def fail_halfway() -> None:
+        with cluster_create_transaction(cluster_id="fresh") as writer:
+            writer.append([MessageDraft(topic="T", sender="s")], now=now_ms())
+            raise RuntimeError("the import fails halfway")
+
+    with pytest.raises(RuntimeError):
+        fail_halfway()
+    assert not Cluster.objects.filter(pk="fresh").exists()
+    assert not Message.objects.exists()
+
+
+def test_creating_in_a_transaction_a_cluster_that_exists_is_a_conflict(db: None) -> None:
+    from ledger.services import cluster_create_transaction
+
+    cluster_create(cluster_id="taken", config={"agents": [{"id": "a", "role": "r"}]})
+
+    with (
+        pytest.raises(Conflict, match="'taken' already exists"),
+        cluster_create_transaction(cluster_id="taken"),
+    ):
+        pass
+
+    assert Cluster.objects.get(pk="taken").config == {"agents": [{"id": "a", "role": "r"}]}

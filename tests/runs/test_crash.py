@@ -44,7 +44,7 @@ def test_a_trigger_committed_by_a_process_killed_right_after_queues_its_task_onc
     env = {
         **os.environ,
         "DATABASE_URL": subprocess_database_url(),
-        "DJANGO_SETTINGS_MODULE": "zeroshot_web.settings",
+        "DJANGO_SETTINGS_MODULE": "zeroshot_web.test_settings",
         "ZEROSHOT_DATA_DIR": str(tmp_path),
         "ZEROSHOT_PIPELINE": "off",
     }

@@ -90,13 +90,25 @@ class Command(BaseCommand):
             return ImportReport()
 
     def _summary(self, report: ImportReport) -> None:
+        for source in report.unreadable:
+            self.stderr.write(f"{source.path}: not imported: {source.error}")
         for ledger in report.ledgers:
             if ledger.error is not None:
                 self.stderr.write(f"{ledger.cluster_id}: not imported: {ledger.error}")
                 continue
             new = " (new cluster)" if ledger.created else ""
-            self.stdout.write(
-                f"{ledger.cluster_id}: imported {ledger.imported}, skipped {ledger.skipped}{new}"
+            unreadable = (
+                f", {ledger.json_unreadable} with unreadable JSON in content_data or metadata "
+                "(stored as null)"
+                if ledger.json_unreadable
+                else ""
             )
-        if report.failed:
-            raise CommandError(f"{len(report.failed)} ledger(s) could not be imported")
+            self.stdout.write(
+                f"{ledger.cluster_id}: imported {ledger.imported}, skipped {ledger.skipped}"
+                f"{unreadable}{new}"
+            )
+        failures = len(report.failed) + len(report.unreadable)
+        if failures:
+            raise CommandError(
+                f"{failures} source(s) could not be imported; nothing of them was stored"
+            )

@@ -1,0 +1,19 @@
+"""The test suite's settings: the production settings, with what a test run must name itself.
+
+Tests run with DEBUG off, like production, so they name a signing key of their own instead of
+weakening the rule that a server without one refuses to start. The rate limit is off: the tests
+that exercise it turn it on.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-key-never-used-outside-the-test-suite")
+
+from zeroshot_web.settings import *  # noqa: F403
+
+API_RATE_LIMIT = None
+# The pipeline runs in the committing thread (tests/conftest.py says so for every test too):
+# no worker thread starts when a test module imports the ASGI application.
+PIPELINE_MODE = "inline"
