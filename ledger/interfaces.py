@@ -14,7 +14,7 @@ from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceEr
 from ledger.filters import MessageFilter
 from ledger.keys import require_cluster, scoped_cluster
 from ledger.models import ClusterState
-from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
+from ledger.records import JSON, ClusterRecord, MessageRecord, SearchHit, replay_allowed
 from ledger.schemas import ClusterDetailOut, ClusterOut, MessageOut
 from ledger.selectors import (
     cluster_exists,
@@ -25,6 +25,7 @@ from ledger.selectors import (
     message_get,
     message_latest,
     message_query,
+    message_search,
     message_select,
     message_tail_topics,
     message_timeline,
@@ -58,6 +59,7 @@ __all__ = [
     "MessageOut",
     "MessageRecord",
     "NotFound",
+    "SearchHit",
     "ServiceError",
     "Subscription",
     "TooLarge",
@@ -77,6 +79,7 @@ __all__ = [
     "message_publish",
     "message_publish_batch",
     "message_query",
+    "message_search",
     "message_select",
     "message_tail_topics",
     "message_timeline",

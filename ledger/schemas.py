@@ -69,6 +69,12 @@ class MessageQueryIn(Schema):
     since: int | None = Field(None, description="timestamp >= since (ms)")
     until: int | None = Field(None, description="timestamp <= until (ms)")
     after: int | None = Field(None, description="sequence > after: the cursor for tailing")
+    q: str | None = Field(
+        None,
+        max_length=500,
+        description="full-text search over content.text: every word must match, by stem or "
+        "prefix; matches come in sequence order",
+    )
     limit: int = Field(DEFAULT_PAGE, ge=1, le=MAX_PAGE)
     order: Literal["asc", "desc"] = "asc"
 
@@ -80,6 +86,7 @@ class MessageQueryIn(Schema):
             since=self.since,
             until=self.until,
             after=self.after,
+            q=self.q,
         )
 
 
