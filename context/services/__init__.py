@@ -15,11 +15,13 @@ from context.services.builds import (
     context_build,
     included_pack_texts,
 )
+from context.services.triggers import agent_trigger_topics
 
 __all__ = [
     "BuildOutcome",
     "agent_config_get",
     "agent_config_resolve",
+    "agent_trigger_topics",
     "context_build",
     "included_pack_texts",
 ]
