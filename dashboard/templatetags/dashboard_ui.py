@@ -72,11 +72,20 @@ def utc_text(ms: int | str | None) -> str:
 
 
 @register.filter
-def input_utc(ms: int | str | None) -> str:
-    """A ``datetime-local`` input value in UTC; the page's script shows it in local time."""
+def stamp_text(ms: int | str | None) -> str:
+    """A timeline row's time in UTC, with its day; the page's script writes it in local time
+    (the clock time alone for today's rows)."""
     if ms is None or ms == "":
         return ""
-    return _moment(int(ms)).strftime("%Y-%m-%dT%H:%M:%S")
+    return _moment(int(ms)).strftime("%m-%d %H:%M:%S")
+
+
+@register.filter
+def input_utc(ms: int | str | None) -> str:
+    """A time filter's value in UTC; the page's script shows it in local time."""
+    if ms is None or ms == "":
+        return ""
+    return _moment(int(ms)).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @register.filter
