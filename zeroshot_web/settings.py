@@ -63,6 +63,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "zeroshot_web.middleware.ContentSecurityPolicyMiddleware",
     "zeroshot_web.middleware.ApiErrorShapeMiddleware",
+    "zeroshot_web.middleware.ErrorPageMiddleware",
 ]
 
 ROOT_URLCONF = "zeroshot_web.urls"
