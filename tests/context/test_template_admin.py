@@ -193,3 +193,15 @@ def test_the_vendored_editor_is_the_file_its_readme_describes() -> None:
     assert recorded is not None
     assert hashlib.sha256(bundle).hexdigest() == recorded[1]
     assert f"| size | {len(bundle)} bytes |" in readme
+
+
+def test_the_check_query_count_is_pinned(
+    admin_client_: Client, django_assert_num_queries: Any
+) -> None:
+    text = json.dumps(template_get(name="worker-validator").body)
+
+    # session, user: the check itself reads nothing
+    with django_assert_num_queries(2):
+        admin_client_.post(
+            "/admin/context/clustertemplate/check/", data=text, content_type="application/json"
+        )

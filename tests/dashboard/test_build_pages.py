@@ -350,6 +350,9 @@ def test_page_query_counts_do_not_grow_with_the_ledger(  # type: ignore[no-untyp
     # as of a sequence adds the look-up of that message
     with django_assert_num_queries(11):
         operator.get(inspector(cid), {"as_of": "3"})
+    # a chosen trigger: its sequence turned into its id, then the build reads it by id
+    with django_assert_num_queries(11):
+        operator.get(inspector(cid), {"trigger": "3"})
     # session, user, cluster, build A, build B, the build list
     with django_assert_num_queries(6):
         assert operator.get(diff_url(cid), {"a": a, "b": b}).status_code == 200

@@ -73,3 +73,11 @@ def test_the_api_keeps_its_json_errors(api: Any, debug: bool) -> None:
 
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
+
+
+def test_the_404_page_query_count_is_pinned(
+    operator: Client, django_assert_num_queries: Any
+) -> None:
+    # session, user: the page names the operator and nothing else
+    with django_assert_num_queries(2):
+        assert operator.get("/no/such/page/").status_code == 404

@@ -80,3 +80,18 @@ def test_only_staff_may_preview(client: Client, django_user_model: Any, run: str
 
     assert client.get(URL).status_code == 302
     assert client.post(URL, {"body": "{}", "cluster": run}).status_code == 302
+
+
+def test_preview_query_counts_are_pinned(
+    staff: Client, run: str, django_assert_num_queries: Any
+) -> None:
+    text = json.dumps(body())
+    # session, user, the clusters
+    with django_assert_num_queries(3):
+        staff.get(URL)
+    # session, user, the cluster; then each agent's preview build as the inspector makes it
+    # (the worker 9: cluster, two trigger seeks, previous build, task-end anchor, four sources;
+    # the validator 9: cluster, its trigger topic then any message, previous build, four
+    # sources, the skip hints)
+    with django_assert_num_queries(21):
+        staff.post(URL, {"body": text, "cluster": run})
