@@ -45,3 +45,4 @@ chromium:
 bench: $(STAMP)
 	$(PY) bench/ledger_bench.py
 	$(PY) bench/context_bench.py
+	$(PY) bench/search_bench.py
