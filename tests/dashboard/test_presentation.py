@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -451,3 +452,60 @@ def test_the_clusters_list_shows_the_most_loaded_agent() -> None:
     assert usage.agents == 2
     assert usage.detail == "worker: 343 / 650 (53%); planner: 225 / 100,000 (0%)"
     assert usage_of([]) is None
+
+
+# ---- the topology and the timeline's times --------------------------------------------------
+
+
+def chain(n: int) -> list[dict[str, Any]]:
+    """n agents, each triggered by the topic of the one before; the first by the outside."""
+    agents = []
+    for i in range(n):
+        agents.append(
+            {
+                "id": f"agent-{i}",
+                "triggers": [{"topic": "ISSUE_OPENED" if i == 0 else f"STEP_{i - 1}_DONE"}],
+                "hooks": {"onComplete": {"config": {"topic": f"STEP_{i}_DONE"}}},
+            }
+        )
+    # two agents listen to the outside too: nested arcs from the same node
+    agents[2]["triggers"].append({"topic": "ISSUE_OPENED"})
+    return agents
+
+
+def test_topology_labels_sit_outside_every_arc_they_share_a_height_with() -> None:
+    from dashboard.topology import NODE_W, topology
+
+    graph = topology(chain(5))
+    column_right = graph.nodes[0].x + NODE_W
+
+    for edge in graph.edges:
+        if edge.anchor != "start":
+            continue
+        for other in graph.edges:
+            if other.anchor != "start":
+                continue
+            numbers = [float(v) for v in re.findall(r"-?\d+\.?\d*", other.path)]
+            ys = numbers[1::2]
+            apex = column_right + 0.75 * (max(numbers[0::2]) - column_right)
+            if min(ys) - 4 <= edge.label_y <= max(ys) + 4:
+                assert edge.label_x > apex, (edge.topic, other.topic)
+    labels = [(e.label_x, e.label_y) for e in graph.edges]
+    assert len(set(labels)) == len(labels)
+
+
+def test_topology_is_drawn_at_one_scale_whatever_the_number_of_agents() -> None:
+    from dashboard.topology import topology
+
+    small, large = topology(chain(3)), topology(chain(8))
+
+    # the same node size and spacing, so the page draws both at the same text size
+    assert small.nodes[1].y - small.nodes[0].y == large.nodes[1].y - large.nodes[0].y
+    assert large.height > small.height
+
+
+def test_row_times_carry_their_day() -> None:
+    from dashboard.templatetags.dashboard_ui import stamp_text
+
+    assert stamp_text(1_770_024_000_000) == "02-02 09:20:00"
+    assert stamp_text(None) == ""
