@@ -268,7 +268,8 @@ def timeline_missed(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
     form = TimelineForm(request.GET)
     values, _ = form.values()
     after = values["after"] or 0
-    values.update(before=None, after=after)
+    # From an empty page (after=0) everything is missed: the newest page, as a first load.
+    values.update(before=None, after=after or None)
     rows: list[MessageRecord] = []
     if not values["q"] and cluster.last_sequence > after:
         timeline = _timeline(cluster, form, values, limit=TIMELINE_PAGE)

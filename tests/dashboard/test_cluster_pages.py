@@ -627,6 +627,20 @@ def test_a_page_that_reconnects_gets_what_it_missed(operator_client: Client, bus
     assert row_texts(nothing) == []
 
 
+def test_a_page_opened_on_an_empty_cluster_gets_everything_it_missed(
+    operator_client: Client,
+) -> None:
+    cluster_create(cluster_id="fresh-1")
+    many("fresh-1", 3)
+
+    html = operator_client.get(
+        "/clusters/fresh-1/timeline/missed/", {"after": "0"}
+    ).content.decode()
+
+    assert row_texts(html) == ["3", "2", "1"]
+    assert 'data-sequence="3" hx-swap-oob="true">3 messages' in html
+
+
 def test_a_page_that_missed_more_than_a_page_gets_the_whole_timeline(
     operator_client: Client,
 ) -> None:
