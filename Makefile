@@ -51,3 +51,4 @@ bench: $(STAMP)
 	$(PY) bench/ledger_bench.py
 	$(PY) bench/context_bench.py
 	$(PY) bench/runner_bench.py
+	$(PY) bench/search_bench.py

@@ -12,7 +12,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.forms.fields import InvalidJSONInput
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString
 from context.models import ClusterTemplate, ContextBuild
 from context.services.templates import (
     template_check,
+    template_problems,
     template_save,
     template_version_diff,
     template_versions,
@@ -54,6 +55,14 @@ class ClusterTemplateForm(forms.ModelForm):  # type: ignore[type-arg]
         model = ClusterTemplate
         fields = ("name", "body")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The editor (static/js/admin-template.js) checks the body here as it is typed.
+        self.fields["body"].widget.attrs["data-check-url"] = reverse(
+            "admin:context_clustertemplate_check"
+        )
+        self.fields["body"].widget.attrs["aria-label"] = "Template JSON"
+
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
         if "body" in cleaned:
@@ -74,7 +83,15 @@ class ClusterTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("description", "builtin", "version_history")
 
     class Media:
-        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("context/admin/templates.css",)}
+        css: ClassVar[dict[str, tuple[str, ...]]] = {
+            "all": ("context/admin/templates.css", "css/inspector.css")
+        }
+        # The vendored editor (static/vendor/README.md) and what attaches it; no inline script.
+        js: ClassVar[tuple[str, ...]] = (
+            "vendor/codemirror/zeroshot-editor.js",
+            "js/admin-template.js",
+            "js/inspector.js",
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # A template is saved by name: renaming would start a new template, so the name stays.
@@ -134,7 +151,25 @@ class ClusterTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.admin_site.admin_view(self.version_diff_view),
             name="context_clustertemplate_version_diff",
         )
-        return [diff, *super().get_urls()]
+        check = path(
+            "check/",
+            self.admin_site.admin_view(self.check_view),
+            name="context_clustertemplate_check",
+        )
+        return [diff, check, *super().get_urls()]
+
+    def check_view(self, request: HttpRequest) -> HttpResponse:
+        """The problems of a template body (POSTed as JSON) with where each one is."""
+        if request.method != "POST":
+            return JsonResponse({"problems": []}, status=405)
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            body = json.loads(request.body)
+        except ValueError:
+            # The editor marks JSON syntax errors itself, at their place.
+            return JsonResponse({"problems": []}, status=400)
+        return JsonResponse({"problems": template_problems(body)})
 
     def version_diff_view(self, request: HttpRequest, object_id: int, version: int) -> HttpResponse:
         """The unified diff from one saved version to the current body."""

@@ -52,3 +52,25 @@ def build_metrics(
 def metrics_line(metrics: dict[str, Any]) -> str:
     """Return the one stdout line printed per build when ZEROSHOT_CONTEXT_METRICS=1."""
     return METRICS_LINE_PREFIX + json.dumps(metrics, separators=(",", ":"), ensure_ascii=False)
+
+
+def build_total(metrics: dict[str, Any]) -> tuple[int, int | None, int]:
+    """A build's one total (SPEC §3.6): ``(tokens, budget, over)`` from its metrics.
+
+    ``tokens`` is ``total.estimatedTokens``, which is ``budget.finalTokens``; ``over`` is how
+    far it lies past the budget. Pack estimates round up one by one, so the budget walk's
+    ``overBudgetTokens`` can be a few tokens higher; every total shown is this one.
+    """
+    budget = metrics.get("budget") or {}
+    total = metrics.get("total") or {}
+    tokens = int(total.get("estimatedTokens", budget.get("finalTokens", 0)) or 0)
+    max_tokens = budget.get("maxTokens")
+    limit = int(max_tokens) if isinstance(max_tokens, int) and max_tokens > 0 else None
+    return tokens, limit, max(0, tokens - limit) if limit is not None else 0
+
+
+def build_summary(metrics: dict[str, Any], *, iteration: int) -> str:
+    """One line about a build's size: ``478 tokens of 200 · 278 over · iteration 3``."""
+    tokens, limit, over = build_total(metrics)
+    size = f"{tokens:,} tokens" + (f" of {limit:,}" if limit is not None else "")
+    return size + (f" · {over:,} over budget" if over else "") + f" · iteration {iteration}"

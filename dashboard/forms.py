@@ -6,6 +6,8 @@ out, while the other fields still apply (``FilterForm.values``).
 
 from __future__ import annotations
 
+import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,8 +44,18 @@ class WholeNumberField(forms.Field):
         return number
 
 
+# "-30m", "-2h", "-1d": that long before now.
+_RELATIVE = re.compile(r"^-\s*(\d{1,6})\s*([smhd])$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
 class MillisecondsField(forms.Field):
-    """A moment: epoch milliseconds, or an ISO 8601 date-time (UTC unless it says)."""
+    """A moment: epoch milliseconds, a time before now (``-30m``, ``-2h``, ``-1d``), or an
+    ISO 8601 date and time (``2026-02-02 09:15``; UTC unless it says).
+
+    The page's script sends what the operator typed in their own time zone as milliseconds;
+    these forms are for links written by hand and pages without the script.
+    """
 
     def __init__(self, *, name: str) -> None:
         super().__init__(required=False, label=name)
@@ -54,12 +66,15 @@ class MillisecondsField(forms.Field):
             return None
         if raw.isdigit():
             ms = int(raw)
+        elif relative := _RELATIVE.match(raw.lower()):
+            ms = int(time.time() * 1000) - int(relative[1]) * _UNIT_MS[relative[2]]
         else:
             try:
                 moment = datetime.fromisoformat(raw)
             except ValueError:
                 raise ValidationError(
-                    f"“{self.label}” is not a date and time; it was ignored."
+                    f"“{self.label}” is not a date and time (try 2026-02-02 09:15 or -2h); "
+                    "it was ignored."
                 ) from None
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=UTC)
@@ -89,14 +104,21 @@ class ClusterListForm(FilterForm):
 
 
 class TimelineForm(FilterForm):
-    """The cluster page's filters and its paging cursors (sequences)."""
+    """The cluster page's search, filters and paging cursors (sequences)."""
 
+    q = forms.CharField(required=False, max_length=200, label="Search")
     topic = forms.CharField(required=False, max_length=64)
     sender = forms.CharField(required=False, max_length=128)
     since = MillisecondsField(name="since")
     until = MillisecondsField(name="until")
     before = WholeNumberField(label="The before cursor")
     after = WholeNumberField(label="The after cursor")
+
+    def clean_q(self) -> str:
+        q = str(self.cleaned_data.get("q") or "").strip()
+        if q and not MessageFilter(q=q).search_terms:
+            raise ValidationError("A search needs a word: letters or digits.")
+        return q
 
     @staticmethod
     def message_filter(values: dict[str, Any]) -> MessageFilter:
@@ -105,6 +127,7 @@ class TimelineForm(FilterForm):
             sender=values["sender"] or None,
             since=values["since"],
             until=values["until"],
+            q=values["q"] or None,
         )
 
 
@@ -113,6 +136,7 @@ class WhatIfForm(FilterForm):
 
     max_tokens = WholeNumberField(label="Max tokens", ceiling=MAX_TOKENS_CEILING)
     as_of = WholeNumberField(label="The as-of point")
+    trigger = WholeNumberField(label="The triggering message")
 
 
 class DiffForm(FilterForm):

@@ -66,6 +66,57 @@ class Edge:
 
 
 @dataclass(frozen=True, slots=True)
+class _Arc:
+    """One edge before layout: which side of the column it bends to and what it spans."""
+
+    source: str
+    topic: str
+    target: str
+    reach: float
+    side: str  # "right" (going down, or a loop) or "left" (going up)
+    top: float  # the vertical span of the arc
+    bottom: float
+    middle: float  # where its label sits, before nudging
+
+    @classmethod
+    def of(
+        cls, source: str, topic: str, target: str, reach: float, ys: Mapping[str, float]
+    ) -> _Arc:
+        a, b = ys[source] + NODE_H / 2, ys[target] + NODE_H / 2
+        if source == target:
+            return cls(source, topic, target, reach, "right", a - 16, a + 16, a + 4)
+        side = "right" if b > a else "left"
+        return cls(source, topic, target, reach, side, min(a, b), max(a, b), (a + b) / 2 + 3)
+
+
+LABEL_GAP = 6
+LABEL_LINE = 13
+
+
+def _place_labels(arcs: list[_Arc]) -> list[tuple[float, float]]:
+    """Each arc's label: how far out from the column, and at which height.
+
+    A label sits outside the apex of every arc on its side that passes its height (an arc's
+    furthest point is 3/4 of its reach), so that no line crosses the text; labels that would
+    overlap move down a line.
+    """
+    placed: list[tuple[float, float]] = []
+    taken: dict[str, list[float]] = {"right": [], "left": []}
+    for arc in arcs:
+        y = arc.middle
+        while any(abs(y - other) < LABEL_LINE for other in taken[arc.side]):
+            y += LABEL_LINE
+        taken[arc.side].append(y)
+        crossing = [
+            other.reach * 0.75
+            for other in arcs
+            if other.side == arc.side and other.top - 4 <= y <= other.bottom + 4
+        ]
+        placed.append((max([arc.reach * 0.75, *crossing]) + LABEL_GAP, y))
+    return placed
+
+
+@dataclass(frozen=True, slots=True)
 class Topology:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
@@ -128,45 +179,43 @@ def topology(agents: Iterable[Mapping[str, Any]]) -> Topology:
         k = parallel.get(key, 0)
         parallel[key] = k + 1
         reach.append(ARC_BASE + ARC_STEP * max(abs(b - a) - 1, 0) + PARALLEL_STEP * k)
+    ids_y = {node_id: 12 + i * (NODE_H + GAP) for i, node_id in enumerate(ids)}
+    arcs = [
+        _Arc.of(source, topic, target, r, ids_y)
+        for (source, topic, target), r in zip(links, reach, strict=True)
+    ]
+    labels = _place_labels(arcs)
     label_room = {"right": 0.0, "left": 0.0}
-    for (source, topic, target), r in zip(links, reach, strict=True):
-        side = "left" if index[target] < index[source] else "right"
-        label_room[side] = max(label_room[side], r * 0.75 + len(topic) * LABEL_CHAR_W + 8)
+    for arc, (offset, _) in zip(arcs, labels, strict=True):
+        label_room[arc.side] = max(label_room[arc.side], offset + len(arc.topic) * LABEL_CHAR_W + 6)
     left = max(label_room["left"], 16.0)
     width = left + NODE_W + max(label_room["right"], 16.0)
     nodes = tuple(
-        Node(id=node_id, x=left, y=12 + i * (NODE_H + GAP), external=node_id == EXTERNAL)
-        for i, node_id in enumerate(ids)
+        Node(id=node_id, x=left, y=ids_y[node_id], external=node_id == EXTERNAL) for node_id in ids
     )
     height = 12 + len(ids) * (NODE_H + GAP) - GAP + 12 if ids else 0
     edges = []
-    for (source, topic, target), r in zip(links, reach, strict=True):
-        start, end_node = nodes[index[source]], nodes[index[target]]
-        tone = zlib.crc32(topic.encode()) % TONES
-        if start.id == end_node.id:
+    for arc, (offset, label_y) in zip(arcs, labels, strict=True):
+        start, end_node = nodes[index[arc.source]], nodes[index[arc.target]]
+        tone = zlib.crc32(arc.topic.encode()) % TONES
+        r = arc.reach
+        if arc.side == "right":
             x = start.x + NODE_W
+            label_x, anchor = x + offset, "start"
+        else:
+            x = start.x
+            label_x, anchor = x - offset, "end"
+        if start.id == end_node.id:
             path = (
                 f"M{x:.1f},{start.cy - 6:.1f} C{x + r:.1f},{start.cy - 22:.1f} "
                 f"{x + r:.1f},{start.cy + 22:.1f} {x + 2:.1f},{start.cy + 6:.1f}"
             )
-            edges.append(
-                Edge(source, target, topic, path, x + r * 0.8 + 4, start.cy + 4, "start", tone)
-            )
-            continue
-        down = end_node.y > start.y
-        # Leave and enter a little off-centre so that in- and out-arcs do not meet in one point.
-        y1 = start.cy + (5 if down else -5)
-        y2 = end_node.cy - (5 if down else -5)
-        if down:
-            x = start.x + NODE_W
-            cx = x + r
-            end = x + 2
-            label_x, anchor = x + r * 0.75 + 4, "start"
         else:
-            x = start.x
-            cx = x - r
-            end = x - 2
-            label_x, anchor = x - r * 0.75 - 4, "end"
-        path = f"M{x:.1f},{y1:.1f} C{cx:.1f},{y1:.1f} {cx:.1f},{y2:.1f} {end:.1f},{y2:.1f}"
-        edges.append(Edge(source, target, topic, path, label_x, (y1 + y2) / 2 + 3, anchor, tone))
+            # Leave and enter a little off-centre so that in- and out-arcs do not meet.
+            down = end_node.y > start.y
+            y1 = start.cy + (5 if down else -5)
+            y2 = end_node.cy - (5 if down else -5)
+            cx, end = (x + r, x + 2) if down else (x - r, x - 2)
+            path = f"M{x:.1f},{y1:.1f} C{cx:.1f},{y1:.1f} {cx:.1f},{y2:.1f} {end:.1f},{y2:.1f}"
+        edges.append(Edge(arc.source, arc.target, arc.topic, path, label_x, label_y, anchor, tone))
     return Topology(nodes=nodes, edges=tuple(edges), width=width, height=height)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 
 from ledger.models import ApiKey, Cluster, Message
 
@@ -36,6 +37,13 @@ class ClusterAdmin(ReadOnlyAdmin):
         messages = sum(c.last_sequence for c in clusters)
         summary = [f"cluster {c.id} with its {c.last_sequence:,} messages" for c in clusters]
         return summary, {"clusters": len(clusters), "messages": messages}, set(), []
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        """Back to the cluster list after a delete (Django sends read-only admins home)."""
+        response = super().response_delete(request, obj_display, obj_id)
+        if isinstance(response, HttpResponseRedirect):
+            return HttpResponseRedirect(reverse("admin:ledger_cluster_changelist"))
+        return response
 
 
 @admin.register(Message)

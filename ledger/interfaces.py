@@ -17,7 +17,7 @@ from ledger.filters import MessageFilter
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
-from ledger.records import JSON, ClusterRecord, MessageRecord, replay_allowed
+from ledger.records import JSON, ClusterRecord, MessageRecord, SearchHit, replay_allowed
 from ledger.schemas import (
     ANY_ERRORS,
     BODY_ERRORS,
@@ -37,6 +37,7 @@ from ledger.selectors import (
     message_get,
     message_latest,
     message_query,
+    message_search,
     message_select,
     message_tail_topics,
     message_timeline,
@@ -99,6 +100,7 @@ __all__ = [
     "MessageOut",
     "MessageRecord",
     "NotFound",
+    "SearchHit",
     "ServiceError",
     "Stage",
     "Subscription",
@@ -129,6 +131,7 @@ __all__ = [
     "message_publish",
     "message_publish_batch",
     "message_query",
+    "message_search",
     "message_select",
     "message_tail_topics",
     "message_timeline",

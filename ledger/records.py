@@ -12,6 +12,10 @@ from typing import Any
 JSON = Any
 
 TOPIC_PATTERN = r"^[A-Z][A-Z0-9_]{0,63}$"
+# A search snippet marks each matched word with these two characters (Unicode private use, so
+# that no language's text needs them); ``SearchHit.parts`` splits on them.
+MATCH_START = "\ue000"
+MATCH_END = "\ue001"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,31 @@ class MessageRecord:
             wire["content"] = dict(self.content)
         wire["metadata"] = self.metadata
         return wire
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A message that a full-text search found, with the words that matched marked in a snippet.
+
+    ``snippet`` is a piece of ``content.text`` around the matches, each match between
+    ``MATCH_START`` and ``MATCH_END``; empty when the database gave none.
+    """
+
+    message: MessageRecord
+    snippet: str = ""
+
+    @property
+    def parts(self) -> list[tuple[str, bool]]:
+        """The snippet as ``(text, matched)`` pieces, for a template to mark up and escape."""
+        parts: list[tuple[str, bool]] = []
+        for i, chunk in enumerate(self.snippet.split(MATCH_START)):
+            if i == 0:
+                parts.append((chunk.replace(MATCH_END, ""), False))
+                continue
+            matched, _, rest = chunk.partition(MATCH_END)
+            parts.append((matched, True))
+            parts.append((rest.replace(MATCH_END, ""), False))
+        return [(text, matched) for text, matched in parts if text]
 
 
 @dataclass(frozen=True, slots=True)

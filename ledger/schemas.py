@@ -114,6 +114,12 @@ class MessageQueryIn(Schema):
     after: int | None = Field(
         None, ge=0, le=INT64_MAX, description="sequence > after: the cursor for tailing"
     )
+    q: str | None = Field(
+        None,
+        max_length=500,
+        description="full-text search over content.text: every word must match, by stem or "
+        "prefix; matches come in sequence order",
+    )
     limit: int = Field(DEFAULT_PAGE, ge=1, le=MAX_PAGE)
     order: Literal["asc", "desc"] = "asc"
 
@@ -125,6 +131,7 @@ class MessageQueryIn(Schema):
             since=self.since,
             until=self.until,
             after=self.after,
+            q=self.q,
         )
 
 

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from django.db.models import Q, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from ledger.errors import InvalidInput, NotFound
 from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter, filter_check
 from ledger.models import Cluster, Message
-from ledger.records import ClusterRecord, MessageRecord
+from ledger.records import ClusterRecord, MessageRecord, SearchHit
+from ledger.search import search_narrow
 from ledger.validation import INT64_MAX, integer_check, text_problem
 
 NO_FILTER = MessageFilter()
@@ -34,7 +35,10 @@ def message_record(message: Message, *, cluster_id: str | None = None) -> Messag
 
 
 def cluster_record(cluster: Cluster) -> ClusterRecord:
-    """Detach a cluster from the ORM."""
+    """Detach a cluster from the ORM; ``_clusters()`` rows carry their last message's time."""
+    # The cluster's clock (last_timestamp) also moves for recorded context builds; activity is
+    # what the ledger shows, its newest message.
+    last_message_at = getattr(cluster, "last_message_at", cluster.last_timestamp)
     return ClusterRecord(
         id=cluster.id,
         created_at=cluster.created_at,
@@ -44,7 +48,7 @@ def cluster_record(cluster: Cluster) -> ClusterRecord:
         params=cluster.params if isinstance(cluster.params, dict) else {},
         message_count=cluster.last_sequence,
         last_sequence=cluster.last_sequence,
-        last_activity=cluster.last_timestamp or None,
+        last_activity=last_message_at or None,
     )
 
 
@@ -54,9 +58,16 @@ def storable(value: object) -> bool:
     return isinstance(value, str) and text_problem(value) is None
 
 
+def _clusters() -> QuerySet[Cluster]:
+    """Clusters with the timestamp of their newest message: one seek on ``msg_cluster_time``
+    per cluster, inside the same query."""
+    newest = Message.objects.filter(cluster_id=OuterRef("pk")).order_by("-timestamp", "-sequence")
+    return Cluster.objects.annotate(last_message_at=Subquery(newest.values("timestamp")[:1]))
+
+
 def cluster_get(*, cluster_id: str) -> ClusterRecord:
     """One cluster, or ``NotFound``."""
-    cluster = Cluster.objects.filter(pk=cluster_id).first() if storable(cluster_id) else None
+    cluster = _clusters().filter(pk=cluster_id).first() if storable(cluster_id) else None
     if cluster is None:
         raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
     return cluster_record(cluster)
@@ -75,7 +86,7 @@ def cluster_list(
     limit: int = 200,
 ) -> list[ClusterRecord]:
     """Clusters, newest first, optionally filtered by id substring and state (one query)."""
-    clusters: QuerySet[Cluster] = Cluster.objects.all()
+    clusters = _clusters()
     if only_id is not None:
         clusters = clusters.filter(pk=only_id)
     if search:
@@ -88,7 +99,8 @@ def cluster_list(
 
 
 def _messages(*, cluster_id: str, where: MessageFilter) -> QuerySet[Message]:
-    """The messages of one cluster that pass a filter (SPEC §1.3)."""
+    """The messages of one cluster that pass a filter (SPEC §1.3), but for its search words:
+    those also decide the order, so ``_in_order`` applies them."""
     filter_check(where)
     messages = Message.objects.filter(cluster_id=cluster_id)
     if isinstance(where.topic, str):
@@ -113,11 +125,26 @@ def _messages(*, cluster_id: str, where: MessageFilter) -> QuerySet[Message]:
 
 
 def _in_order(
-    messages: QuerySet[Message], *, cluster_id: str, newest_first: bool, limit: int | None
+    messages: QuerySet[Message],
+    *,
+    cluster_id: str,
+    newest_first: bool,
+    limit: int | None,
+    where: MessageFilter = NO_FILTER,
 ) -> list[MessageRecord]:
-    """Records in (timestamp, sequence) order, newest first when asked, at most ``limit``."""
-    ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
-    messages = messages.order_by(*ordering)
+    """Records in (timestamp, sequence) order, newest first when asked, at most ``limit``.
+
+    A search (``where.q``) keeps only the messages holding its words, in sequence order: the
+    order its index can be read in (``ledger.search``).
+    """
+    terms = where.search_terms
+    if terms:
+        messages = search_narrow(
+            messages, terms=terms, cluster_id=cluster_id, newest_first=newest_first
+        )
+    else:
+        ordering = ("-timestamp", "-sequence") if newest_first else ("timestamp", "sequence")
+        messages = messages.order_by(*ordering)
     if limit is not None:
         messages = messages[:limit]
     return [message_record(m, cluster_id=cluster_id) for m in messages]
@@ -138,7 +165,9 @@ def message_query(
             f"limit must be between 1 and {MAX_PAGE}", details={"field": "limit", "value": limit}
         )
     messages = _messages(cluster_id=cluster_id, where=where)
-    return _in_order(messages, cluster_id=cluster_id, newest_first=order == "desc", limit=limit)
+    return _in_order(
+        messages, cluster_id=cluster_id, newest_first=order == "desc", limit=limit, where=where
+    )
 
 
 def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
@@ -167,8 +196,14 @@ def message_tail(*, cluster_id: str, after: int, limit: int = DEFAULT_PAGE) -> l
 
 
 def _in_sequence(*, cluster_id: str, where: MessageFilter, limit: int) -> list[MessageRecord]:
-    messages = _messages(cluster_id=cluster_id, where=where).order_by("sequence")[:limit]
-    return [message_record(m, cluster_id=cluster_id) for m in messages]
+    messages = _messages(cluster_id=cluster_id, where=where)
+    if where.search_terms:
+        messages = search_narrow(
+            messages, terms=where.search_terms, cluster_id=cluster_id, newest_first=False
+        )
+    else:
+        messages = messages.order_by("sequence")
+    return [message_record(m, cluster_id=cluster_id) for m in messages[:limit]]
 
 
 def message_select(
@@ -184,7 +219,9 @@ def message_select(
     returned, not the size of the ledger.
     """
     messages = _messages(cluster_id=cluster_id, where=where)
-    return _in_order(messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit)
+    return _in_order(
+        messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit, where=where
+    )
 
 
 def message_latest(
@@ -199,7 +236,9 @@ def message_latest(
     def newest_of(topic: str | None) -> MessageRecord | None:
         narrowed = replace(where, topic=topic) if topic is not None else where
         messages = _messages(cluster_id=cluster_id, where=narrowed)
-        found = _in_order(messages, cluster_id=cluster_id, newest_first=True, limit=1)
+        found = _in_order(
+            messages, cluster_id=cluster_id, newest_first=True, limit=1, where=narrowed
+        )
         return found[0] if found else None
 
     if not topics:
@@ -268,12 +307,55 @@ def message_timeline(
         else:
             messages = messages.filter(Q(timestamp__gt=at) | Q(timestamp=at, sequence__gt=cursor))
     newest_first = after is None
-    rows = _in_order(messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit + 1)
+    rows = _in_order(
+        messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit + 1, where=where
+    )
     more = len(rows) > limit
     rows = rows[:limit]
     if not newest_first:
         rows.reverse()
     return rows, more
+
+
+def message_search(
+    *,
+    cluster_id: str,
+    where: MessageFilter,
+    before: int | None = None,
+    after: int | None = None,
+    limit: int = TIMELINE_PAGE,
+) -> tuple[list[SearchHit], bool]:
+    """One page of a full-text search (``where.q``), newest first, each hit with its snippet.
+
+    Like ``message_timeline`` but in sequence order, which is the search index's own:
+    ``before`` / ``after`` are sequence cursors, and "further" means older for ``before`` or no
+    cursor, newer for ``after``. One query, snippets included.
+    """
+    terms = where.search_terms
+    if not terms:
+        raise InvalidInput("a search needs at least one word", details={"field": "q"})
+    newest_first = after is None
+    found = search_narrow(
+        _messages(cluster_id=cluster_id, where=where),
+        terms=terms,
+        cluster_id=cluster_id,
+        newest_first=newest_first,
+        before=before,
+        after=after,
+        snippets=True,
+    )[: limit + 1]
+    hits = [
+        SearchHit(
+            message=message_record(m, cluster_id=cluster_id),
+            snippet=str(getattr(m, "search_snippet", "") or ""),
+        )
+        for m in found
+    ]
+    more = len(hits) > limit
+    hits = hits[:limit]
+    if not newest_first:
+        hits.reverse()
+    return hits, more
 
 
 def message_tail_topics(

@@ -85,4 +85,3 @@ def subprocess_database_url() -> str:
         port = db.get("PORT") or 5432
         return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
     raise pytest.UsageError(f"no subprocess can reach a {db['ENGINE']} database")
-

@@ -43,6 +43,8 @@ class LiveServer:
             "DJANGO_DEBUG": "0",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "PYTHONUNBUFFERED": "1",
+            # As a production server runs it: in a worker thread, with its sweep.
+            "ZEROSHOT_PIPELINE": "thread",
             **(env or {}),
         }
         self.env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)

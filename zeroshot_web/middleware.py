@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.template import loader
 
 from ledger.validation import text_problem
 
@@ -119,3 +121,41 @@ class ApiErrorShapeMiddleware:
             if header.lower() not in ("content-type", "content-length"):
                 shaped[header] = value
         return shaped
+
+
+class ErrorPageMiddleware:
+    """Serves the app's own 404 and 500 pages with ``DEBUG`` on too.
+
+    Without ``DEBUG``, Django renders ``404.html`` and ``500.html`` itself. With it, Django's
+    debug pages answer instead, and the Content-Security-Policy blocks their inline styles: an
+    operator on ``make run`` would meet an unstyled wall of text. Here they get the same pages
+    as in production, with the exception named on the 500 page; the traceback is in the
+    server's log. API paths keep their JSON error shape.
+    """
+
+    PAGES: ClassVar[dict[int, str]] = {404: "404.html", 500: "500.html"}
+    SKIPPED: ClassVar[tuple[str, ...]] = ("/api/", "/static/")
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        template = self.PAGES.get(response.status_code)
+        if (
+            not settings.DEBUG
+            or template is None
+            or request.path.startswith(self.SKIPPED)
+            or not response.get("Content-Type", "").startswith("text/html")
+        ):
+            return response
+        if response.status_code == 500:
+            # No request context: the database may be what failed.
+            error = getattr(request, "zeroshot_error", "")
+            body = loader.render_to_string(template, {"error": error})
+        else:
+            body = loader.render_to_string(template, request=request)
+        return HttpResponse(body, status=response.status_code)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        request.zeroshot_error = f"{type(exception).__name__}: {exception}"  # type: ignore[attr-defined]

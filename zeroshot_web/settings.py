@@ -114,6 +114,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "zeroshot_web.middleware.ContentSecurityPolicyMiddleware",
+    "zeroshot_web.middleware.ErrorPageMiddleware",
 ]
 
 ROOT_URLCONF = "zeroshot_web.urls"

@@ -15,5 +15,6 @@ from zeroshot_web.settings import *  # noqa: F403
 
 API_RATE_LIMIT = None
 # The pipeline runs in the committing thread (tests/conftest.py says so for every test too):
-# no worker thread starts when a test module imports the ASGI application.
-PIPELINE_MODE = "inline"
+# no worker thread starts when a test module imports the ASGI application. A server or script
+# a test starts in a subprocess may ask for another mode.
+PIPELINE_MODE = os.environ.get("ZEROSHOT_PIPELINE", "inline")

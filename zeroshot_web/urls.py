@@ -10,6 +10,10 @@ from django.views.generic.base import RedirectView
 
 from zeroshot_web.api import api
 
+admin.site.site_header = "zeroshot-web admin"
+admin.site.site_title = "zeroshot-web admin"
+admin.site.index_title = "Templates, clusters and keys"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),

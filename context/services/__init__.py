@@ -17,12 +17,14 @@ from context.services.builds import (
     context_build,
     included_pack_texts,
 )
+from context.services.triggers import agent_trigger_topics
 
 __all__ = [
     "BuildOutcome",
     "RecordHook",
     "agent_config_get",
     "agent_config_resolve",
+    "agent_trigger_topics",
     "build_usage_record",
     "context_build",
     "included_pack_texts",

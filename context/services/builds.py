@@ -22,12 +22,13 @@ from context.selection import (
     SelectionQuery,
     SinceAnchors,
     apply_query_result,
+    query_matches,
     select_messages,
     since_resolve,
     source_queries,
     validator_skip_query,
 )
-from context.services.triggers import as_of_filter, trigger_choose
+from context.services.triggers import as_of_filter, trigger_choose, trigger_matches
 from context.strategy import ContextStrategy, strategy_parse
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -71,6 +72,12 @@ class BuildOutcome:
     recorded: bool
     build_id: int | None = None
     started_at: int | None = None
+    # Nothing named the trigger and no message of the agent's trigger topics exists (as of the
+    # build's point): the newest message of any topic stood in for one.
+    trigger_fallback: bool = False
+    # Sources whose filters the triggering message passes: it is left out of them (it has a
+    # pack of its own), so an empty one among these had no other message.
+    trigger_sources: frozenset[str] = frozenset()
 
 
 def agent_config_get(*, cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
@@ -211,6 +218,13 @@ def context_build(
         iteration=iteration or ((previous.iteration + 1) if previous is not None else 1),
     )
     outcome = _assemble(plan, selections=_select_sources(plan))
+    outcome = replace(
+        outcome,
+        trigger_fallback=triggering_message_id is None
+        and triggering_message is None
+        and not trigger_matches(config, trigger.topic),
+        trigger_sources=_sources_holding_trigger(plan),
+    )
     if settings.CONTEXT_METRICS_STDOUT:
         metrics_logger.info(metrics_line(outcome.metrics))
     if plan.preview:
@@ -275,6 +289,17 @@ def _anchors(
         last_task_end=task_end.timestamp if task_end is not None else None,
         last_agent_start=previous.started_at if previous is not None else None,
     )
+
+
+def _sources_holding_trigger(plan: _Plan) -> frozenset[str]:
+    """The pack ids of the sources that would select the triggering message (pure)."""
+    held = set()
+    for source in plan.strategy.sources:
+        since_ms = since_resolve(source.since, topic=source.topic, anchors=plan.anchors)
+        full_query, _ = source_queries(source, since_ms)
+        if query_matches(full_query, plan.trigger):
+            held.add(source.pack_id)
+    return frozenset(held)
 
 
 def _select_sources(plan: _Plan) -> list[tuple[list[MessageRecord], list[MessageRecord]]]:

@@ -11,6 +11,7 @@ import copy
 import datetime
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -197,6 +198,69 @@ def _invalid(name: str, check: TemplateCheck) -> InvalidInput:
         f"template {name!r} is invalid: {first}{more}",
         details={"errors": check.errors, "warnings": check.warnings},
     )
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def problem_path(body: JSON, problem: Mapping[str, JSON]) -> list[str | int]:
+    """Where in a template body a problem of ``template_check`` is, as keys and indexes.
+
+    Template problems name a dotted path (``agents[1].role``); strategy problems name their
+    agent by id, the source by index and the field, inside ``agents[i].contextStrategy``.
+    """
+    field = str(problem.get("field") or "")
+    if "agent" not in problem:
+        return [int(index) if index else key for key, index in _PATH_PART.findall(field)]
+    agents = body.get("agents") if isinstance(body, dict) else None
+    position = next(
+        (
+            i
+            for i, agent in enumerate(agents if isinstance(agents, list) else [])
+            if isinstance(agent, dict) and agent.get("id") == problem.get("agent")
+        ),
+        None,
+    )
+    if position is None:
+        return ["agents"]
+    path: list[str | int] = ["agents", position, "contextStrategy"]
+    source = problem.get("source")
+    if isinstance(source, int):
+        path += ["sources", source]
+    return [*path, field] if field else path
+
+
+def template_problems(body: JSON) -> list[dict[str, JSON]]:
+    """``template_check`` as an editor wants it: each problem with its path and severity."""
+    check = template_check(body)
+    return [
+        {
+            "path": problem_path(body, problem),
+            "message": str(problem.get("message", "")),
+            "severity": severity,
+        }
+        for severity, problems in (("error", check.errors), ("warning", check.warnings))
+        for problem in problems
+    ]
+
+
+def template_preview_agents(*, body: JSON, params: Mapping[str, JSON]) -> list[dict[str, JSON]]:
+    """The agents a template body gives with a cluster's params, as a cluster would run them.
+
+    Params the template does not declare are left out, so that a template can be tried against
+    any cluster; a missing required param is a ``TemplateError`` naming it. The template's
+    ``contextRules`` reach every agent that has none of its own.
+    """
+    spec = template_parse(body)
+    declared = {param.name for param in spec.params}
+    given = {name: value for name, value in params.items() if name in declared}
+    resolved = template_resolve(body, given)
+    rules = resolved.get("contextRules")
+    agents = [dict(a) for a in resolved.get("agents", []) if isinstance(a, dict)]
+    if isinstance(rules, str) and rules.strip():
+        for agent in agents:
+            agent.setdefault("contextRules", rules)
+    return agents
 
 
 # --- saving --------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
 from ledger import interfaces as ledger
@@ -61,6 +62,21 @@ def _inline_trigger(*, cluster_id: str, raw: Mapping[str, Any]) -> MessageRecord
     )
 
 
+def agent_trigger_topics(agent: Mapping[str, Any]) -> list[str]:
+    """The topics of an agent's ``triggers``, as written (patterns with ``*`` included)."""
+    triggers = agent.get("triggers")
+    return [
+        t["topic"]
+        for t in (triggers if isinstance(triggers, list) else [])
+        if isinstance(t, Mapping) and isinstance(t.get("topic"), str)
+    ]
+
+
+def trigger_matches(agent: Mapping[str, Any], topic: str) -> bool:
+    """Whether a message of ``topic`` is one the agent triggers on (``*`` patterns allowed)."""
+    return any(fnmatchcase(topic, pattern) for pattern in agent_trigger_topics(agent))
+
+
 def trigger_choose(
     *,
     cluster_id: str,
@@ -73,13 +89,9 @@ def trigger_choose(
         return ledger.message_get(cluster_id=cluster_id, message_id=message_id)
     if inline is not None:
         return _inline_trigger(cluster_id=cluster_id, raw=inline)
-    # Without one, the build answers the newest message this agent triggers on.
-    triggers = agent.get("triggers")
-    topics = [
-        t["topic"]
-        for t in (triggers if isinstance(triggers, list) else [])
-        if isinstance(t, Mapping) and isinstance(t.get("topic"), str) and "*" not in t["topic"]
-    ]
+    # Without one, the build answers the newest message this agent triggers on, else the newest
+    # message of all (``BuildOutcome.trigger_fallback`` tells the two apart).
+    topics = [topic for topic in agent_trigger_topics(agent) if "*" not in topic]
     newest = None
     if topics:
         newest = ledger.message_latest(cluster_id=cluster_id, topics=topics, where=as_of)

@@ -92,6 +92,86 @@ def msg(topic: str, sender: str, text: str, data: Any = None, **extra: Any) -> d
     return {"topic": topic, "sender": sender, "receiver": "broadcast", "content": content, **extra}
 
 
+def _long_run() -> list[dict[str, Any]]:
+    """A worker and a validator going round six times: the metrics page's richest demo.
+
+    Each rejection adds to the state snapshot, which the worker must read in full (a required
+    source): its prompt grows round after round until it no longer fits its budget.
+    """
+    rounds = [
+        ("Parse the webhook payload into typed events.", "Unknown event types crash the handler"),
+        ("Unknown events are logged and acknowledged.", "Retries are not idempotent"),
+        (
+            "Deliveries are keyed by their id; retries are no-ops.",
+            "Signature check accepts stale requests",
+        ),
+        (
+            "Signatures older than five minutes are refused.",
+            "Clock skew tolerance is not configurable",
+        ),
+        (
+            "Skew tolerance comes from settings, default 30 s.",
+            "The 400 response leaks the secret's length",
+        ),
+        ("Refusals answer 400 with a fixed body.", ""),
+    ]
+    errors: list[str] = []
+    messages: list[dict[str, Any]] = [
+        msg(
+            "ISSUE_OPENED",
+            "system",
+            "# Verify and process payment-provider webhooks\n\nThe provider calls "
+            "POST /hooks/payments with a signed JSON body. We must check the signature "
+            "(HMAC-SHA256 over timestamp and body), refuse stale or replayed deliveries, "
+            "process each event exactly once, and answer within two seconds even when the "
+            "ledger is slow. Unknown event types must not crash the handler.",
+            {"title": "Verify and process payment webhooks", "issue_number": 958},
+        )
+    ]
+    for i, (work, rejection) in enumerate(rounds, start=1):
+        messages += [
+            lifecycle("worker", "STARTED"),
+            msg(
+                "WORKER_PROGRESS",
+                "worker",
+                work,
+                {
+                    "completionStatus": {
+                        "canValidate": True,
+                        "percentComplete": min(100, 40 + 12 * i),
+                        "nextSteps": ["Address the validator's findings", "Extend the tests"],
+                    }
+                },
+            ),
+            msg("IMPLEMENTATION_READY", "worker", f"Round {i}: {work}"),
+            lifecycle("worker", "TASK_COMPLETED"),
+            lifecycle("validator", "STARTED"),
+        ]
+        if rejection:
+            errors.append(rejection)
+        messages += [
+            msg(
+                "VALIDATION_RESULT",
+                "validator",
+                f"Rejected: {rejection}." if rejection else "Approved: every criterion passes.",
+                {
+                    "approved": not rejection,
+                    "errors": list(errors[-5:]) if rejection else [],
+                    "criteriaResults": [
+                        {
+                            "id": f"AC{n}",
+                            "status": "FAIL" if rejection and n == len(errors) else "PASS",
+                            "reason": text,
+                        }
+                        for n, text in enumerate(errors, start=1)
+                    ],
+                },
+            ),
+            lifecycle("validator", "TASK_COMPLETED"),
+        ]
+    return messages
+
+
 CLUSTERS: list[dict[str, Any]] = [
     {
         "id": "amber-comet-7",
@@ -309,5 +389,13 @@ CLUSTERS: list[dict[str, Any]] = [
             ),
             msg("CLUSTER_FAILED", "system", "Stopped after the validator found a second defect."),
         ],
+    },
+    {
+        "id": "steady-lantern-12",
+        "template": "worker-validator",
+        "state": "running",
+        "minutes_ago": 360,
+        "agents": WORKER_VALIDATOR_AGENTS,
+        "messages": _long_run(),
     },
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from context.models import ContextBuild
 from context.services import context_build
 from dashboard.demo.data import CLUSTERS
 from ledger.interfaces import (
@@ -90,10 +91,16 @@ def demo_load() -> int:
             _import_one(spec["id"], message)
             if message.topic in SNAPSHOT_TRIGGER_TOPICS:
                 state = _snapshot_after(spec["id"], message, state)
-            for agent_id in _triggered_agents(spec["agents"], message.topic):
-                context_build(
+            for n, agent_id in enumerate(_triggered_agents(spec["agents"], message.topic)):
+                build = context_build(
                     cluster_id=spec["id"], agent_id=agent_id, triggering_message_id=message.id
                 )
+                # Recorded when the message came in, as a live run would have, not at load
+                # time: the metrics page draws builds along their time.
+                if build.build_id is not None:
+                    ContextBuild.objects.filter(pk=build.build_id).update(
+                        started_at=message.timestamp + 1 + n
+                    )
         cluster_state_set(cluster_id=spec["id"], state=spec["state"])
         added += 1
     return added

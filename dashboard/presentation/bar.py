@@ -91,25 +91,32 @@ def _segment_title(row: DecisionRow) -> str:
     return f"{row.id} · {row.label} · {tokens_text(row.tokens)} · {row.sentence}"
 
 
-def bar_geometry(rows: Sequence[DecisionRow], *, max_tokens: int | None) -> Bar:
+def bar_geometry(
+    rows: Sequence[DecisionRow], *, max_tokens: int | None, total_tokens: int | None = None
+) -> Bar:
     """Lay the included packs out in prompt order on a scale of max(budget, what was used).
 
-    Segment widths plus the remainder always add up to 100; whatever lies beyond the budget
-    is split off into vermilion ``over`` segments to the right of the tick.
+    ``total_tokens`` is the build's one total (SPEC §3.6 ``finalTokens``, the whole prompt's
+    estimate). Each pack's own estimate rounds up, so the packs can add up to a few tokens
+    more; they are drawn in proportion inside the total, and the bar, its caption and the
+    over-budget part all use the total. Segment widths plus the remainder add up to 100;
+    whatever lies beyond the budget is split off into vermilion ``over`` segments.
     """
     included = [r for r in rows if r.included]
-    used = sum(r.tokens for r in included)
+    packs_sum = sum(r.tokens for r in included)
+    used = packs_sum if total_tokens is None else total_tokens
+    share = used / packs_sum if packs_sum else 0.0
     scale = max(max_tokens or 0, used)
     segments: list[Segment] = []
-    position = 0
+    position = 0.0
     for row in included:
         if scale == 0 or row.tokens == 0:
             continue
         look = row.status_word
         title = _segment_title(row)
-        start, end = position, position + row.tokens
+        start, end = position, position + row.tokens * share
         position = end
-        limit = max_tokens if max_tokens is not None else end
+        limit = float(max_tokens) if max_tokens is not None else end
         pieces = [(start, min(end, limit), False), (max(start, limit), end, True)]
         for low, high, over in pieces:
             if high > low:

@@ -29,10 +29,17 @@ class DecisionRow:
     full_tokens: int | None
     compact_tokens: int | None
     sentence: str
+    # The triggering message passes this source's filters (so the source leaves it out).
+    holds_trigger: bool = False
 
     @property
     def label(self) -> str:
         return PRIORITY_LABELS.get(self.priority, self.priority.upper())
+
+    @property
+    def section_differs(self) -> bool:
+        """Whether the section says more than the pack id (``sources`` does; ``header`` not)."""
+        return self.section != self.id
 
     @property
     def included(self) -> bool:
@@ -55,6 +62,8 @@ def decision_rows(
     sizes: Mapping[str, tuple[int, int | None]] | None = None,
     max_chars: int | None = None,
     visits: Sequence[Visit] | None = None,
+    trigger_sources: frozenset[str] = frozenset(),
+    trigger_label: str = "",
 ) -> list[DecisionRow]:
     """Explain each decision, in prompt order.
 
@@ -62,7 +71,9 @@ def decision_rows(
     for a recorded build they are replayed by the same walk (``budget_replay``). ``sizes`` maps
     a pack id to the tokens of its full and compact variants when the packs are at hand (a
     preview); without it the sentences name only what the decisions record. ``max_chars`` is
-    the guard's cap when known (a recorded build does not store it).
+    the guard's cap when known (a recorded build does not store it). ``trigger_sources`` are
+    the sources the triggering message (``trigger_label``, e.g. ``ISSUE_OPENED #1``) would
+    have matched, as a build just made knows them (``BuildOutcome.trigger_sources``).
     """
     sizes = sizes or {}
     ordered = sorted(decisions, key=lambda d: d.order)
@@ -87,15 +98,21 @@ def decision_rows(
             full_tokens=full,
             compact_tokens=compact or None,
             sentence="",
+            holds_trigger=decision.id in trigger_sources,
         )
         sentence = reason_sentence(
-            row, max_chars=max_chars, after_required_only=visit.only_required_before
+            row,
+            max_chars=max_chars,
+            after_required_only=visit.only_required_before,
+            trigger_label=trigger_label,
         )
         rows.append(replace(row, sentence=sentence))
     return rows
 
 
-def reason_sentence(row: DecisionRow, *, max_chars: int | None, after_required_only: bool) -> str:
+def reason_sentence(
+    row: DecisionRow, *, max_chars: int | None, after_required_only: bool, trigger_label: str = ""
+) -> str:
     """Why the engine did what it did with one pack, in words."""
     guard = f"the {max_chars:,}-char guard" if max_chars else "the max-chars guard"
     left = row.left_before
@@ -109,6 +126,12 @@ def reason_sentence(row: DecisionRow, *, max_chars: int | None, after_required_o
         left_text = f"the budget: nothing was left{after}"
     if not row.included:
         if row.reason == "empty":
+            if row.section == "sources" and row.holds_trigger:
+                what = f"the triggering message {trigger_label}".rstrip()
+                return (
+                    f"skipped — its only match is {what}, which the prompt carries once, "
+                    "in triggeringMessage"
+                )
             if row.section == "sources":
                 return "skipped — no messages matched this source"
             return "skipped — empty"

@@ -62,7 +62,12 @@ def pack_diff(
         elif was_in and not is_in:
             kind = "dropped"
         elif not is_in or old is None or new is None:
-            kind = "unchanged"
+            # Left out on both sides, or never there: a different reason is still a change
+            # ("empty" then "did not fit" means the source found messages this time).
+            before_state, after_state = _state(old), _state(new)
+            if before_state != after_state:
+                notes.append(f"{before_state} → {after_state}")
+            kind = "changed" if notes else "unchanged"
         else:
             if (old.get("variant"), bool(old.get("truncated"))) != (
                 new.get("variant"),

@@ -86,10 +86,18 @@ def utc_text(ms: int | str | None) -> str:
 
 
 @register.filter
-def input_utc(ms: int | str | None) -> str:
-    """A ``datetime-local`` input value in UTC; the page's script shows it in local time."""
+def stamp_text(ms: int | str | None) -> str:
+    """A timeline row's time in UTC, with its day; the page's script writes it in local time
+    (the clock time alone for today's rows)."""
     moment = _moment(ms)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") if moment is not None else ""
+    return moment.strftime("%m-%d %H:%M:%S") if moment is not None else str(ms or "")
+
+
+@register.filter
+def input_utc(ms: int | str | None) -> str:
+    """A time filter's value in UTC; the page's script shows it in local time."""
+    moment = _moment(ms)
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else ""
 
 
 @register.simple_tag

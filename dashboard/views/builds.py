@@ -18,9 +18,14 @@ from django.views.decorators.vary import vary_on_headers
 
 from context import selectors
 from context.budget import estimate_tokens
-from context.services import BuildOutcome, context_build, included_pack_texts
+from context.services import (
+    BuildOutcome,
+    agent_trigger_topics,
+    context_build,
+    included_pack_texts,
+)
 from context.strategy import agent_max_tokens
-from dashboard.charts import FRAME, cluster_charts
+from dashboard.charts import STATUS_FRAME, TOKENS_FRAME, cluster_charts, cluster_summary
 from dashboard.forms import DiffForm, WhatIfForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region
 from dashboard.presentation import (
@@ -52,7 +57,7 @@ def _agent_or_404(cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
     raise Http404(f"cluster {cluster.id!r} has no agent {agent_id!r}")
 
 
-def _explain(outcome: BuildOutcome) -> dict[str, Any]:
+def explain_build(outcome: BuildOutcome) -> dict[str, Any]:
     """The inspector's view of one build: decision rows, the bar, the prompt block by block."""
     sizes = {
         pack.id: (
@@ -61,6 +66,7 @@ def _explain(outcome: BuildOutcome) -> dict[str, Any]:
         )
         for pack in outcome.packs
     }
+    trigger = outcome.trigger
     # The engine's own walk explains a build just made (no replay).
     rows = decision_rows(
         outcome.result.decisions,
@@ -68,16 +74,20 @@ def _explain(outcome: BuildOutcome) -> dict[str, Any]:
         sizes=sizes,
         max_chars=settings.CONTEXT_MAX_CHARS,
         visits=outcome.result.visits,
+        trigger_sources=outcome.trigger_sources,
+        trigger_label=f"{trigger.topic} #{trigger.sequence}" if trigger.sequence else trigger.topic,
     )
     by_id = {row.id: row for row in rows}
+    total = outcome.metrics["total"]["estimatedTokens"]
     return {
         "rows": rows,
-        "bar": bar_geometry(rows, max_tokens=outcome.max_tokens),
+        "bar": bar_geometry(rows, max_tokens=outcome.max_tokens, total_tokens=total),
         "blocks": [(by_id[pack_id], text) for pack_id, text in included_pack_texts(outcome.result)],
         "budget": outcome.metrics["budget"],
         "total": outcome.metrics["total"],
         "truncation": outcome.metrics["truncation"]["maxContextChars"],
         "trigger": outcome.trigger,
+        "trigger_fallback": outcome.trigger_fallback,
         "iteration": outcome.iteration,
     }
 
@@ -90,13 +100,23 @@ def inspector_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) -> 
     cluster = _cluster_or_404(cluster_id)
     agent = _agent_or_404(cluster, agent_id)
     values, errors = WhatIfForm(request.GET).values()
-    max_tokens, as_of = values["max_tokens"], values["as_of"]
-    if as_of is not None and as_of > cluster.last_sequence:
-        errors["as_of"] = (
-            f"This cluster has no message #{as_of:,}: its sequences run from 1 to "
-            f"{cluster.last_sequence:,}."
-        )
+    max_tokens, as_of, trigger = values["max_tokens"], values["as_of"], values["trigger"]
+    for name, sequence in (("as_of", as_of), ("trigger", trigger)):
+        if sequence is not None and sequence > cluster.last_sequence:
+            errors[name] = (
+                f"This cluster has no message #{sequence:,}: its sequences run from 1 to "
+                f"{cluster.last_sequence:,}."
+            )
+    if "as_of" in errors:
         as_of = None
+    trigger_id = None
+    if trigger is not None and "trigger" not in errors:
+        try:
+            trigger_id = ledger.message_at_sequence(cluster_id=cluster.id, sequence=trigger).id
+        except ServiceError as exc:
+            errors["trigger"] = exc.message
+    if "trigger" in errors:
+        trigger = None
     explained: dict[str, Any] | None = None
     build_error = ""
     try:
@@ -105,12 +125,13 @@ def inspector_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) -> 
             agent_id=agent_id,
             max_tokens=max_tokens,
             as_of_sequence=as_of,
+            triggering_message_id=trigger_id,
             preview=True,
         )
     except ServiceError as exc:
         build_error = exc.message
     else:
-        explained = _explain(outcome)
+        explained = explain_build(outcome)
     default_budget = agent_max_tokens(agent)
     shown_budget = max_tokens or default_budget or 0
     context: dict[str, Any] = {
@@ -122,11 +143,13 @@ def inspector_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) -> 
         "x": explained,
         "max_tokens": max_tokens,
         "as_of": as_of,
+        "trigger": trigger,
+        "trigger_topics": agent_trigger_topics(agent),
         "raw_max_tokens": request.GET.get("max_tokens", ""),
         "default_budget": default_budget,
         "shown_budget": shown_budget,
         "slider_max": max(2 * (default_budget or 0), shown_budget, 1000),
-        "what_if": max_tokens is not None or as_of is not None,
+        "what_if": max_tokens is not None or as_of is not None or trigger is not None,
     }
     return render_page_or_region(
         request,
@@ -161,7 +184,7 @@ def _recorded_view(build: selectors.BuildRecord) -> dict[str, Any]:
     rows = decision_rows(build.decisions, max_tokens=build.max_tokens)
     return {
         "build": build,
-        "bar": bar_geometry(rows, max_tokens=build.max_tokens),
+        "bar": bar_geometry(rows, max_tokens=build.max_tokens, total_tokens=build.final_tokens),
         "when": time_text(build.started_at),
     }
 
@@ -220,10 +243,11 @@ def build_diff_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) ->
 @require_GET
 @login_required
 def metrics_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
-    """Small multiples per agent over the cluster's newest recorded builds."""
+    """The cluster's recorded builds summed up, then small multiples per agent."""
     cluster = _cluster_or_404(cluster_id)
     builds = selectors.build_list(cluster_id=cluster.id, limit=METRICS_BUILDS)
-    charts = cluster_charts(builds)
+    roles = {str(a.get("id")): str(a.get("role") or "") for a in cluster.agents}
+    charts = cluster_charts(builds, roles=roles)
     charted = {chart.agent_id for chart in charts}
     return render(
         request,
@@ -231,7 +255,9 @@ def metrics_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         {
             "cluster": cluster,
             "charts": charts,
-            "frame": FRAME,
+            "summary": cluster_summary(charts),
+            "tokens_frame": TOKENS_FRAME,
+            "status_frame": STATUS_FRAME,
             "build_count": len(builds),
             "capped": len(builds) == METRICS_BUILDS,
             "idle_agents": [a for a in cluster.agents if a.get("id") not in charted],

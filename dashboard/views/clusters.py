@@ -12,41 +12,73 @@ from urllib.parse import quote, urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from context.selectors import BuildRecord, build_latest_by_agent
 from context.strategy import agent_max_tokens
+from dashboard.consumers import count_html, snapshot_html, timeline_rows_html
 from dashboard.forms import ClusterListForm, TimelineForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region
 from dashboard.templatetags.dashboard_ui import TOPIC_TONES, inspector_url
 from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
 from ledger import interfaces as ledger
-from ledger.interfaces import ClusterRecord, ClusterState, MessageRecord, NotFound
+from ledger.interfaces import (
+    ClusterRecord,
+    ClusterState,
+    MessageRecord,
+    NotFound,
+    SearchHit,
+)
 from snapshots.snapshotter import snapshot_latest
+
+TIMELINE_PAGE = 100
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens of an agent's (or a cluster's) last builds against their budget."""
+    """The most loaded of some agents' last builds against its budget, the others in words."""
 
+    agent_id: str
     tokens: int
     budget: int
+    agents: int  # how many agents' builds were weighed
     detail: str
 
     @property
     def over(self) -> bool:
         return self.tokens > self.budget
 
+    @property
+    def percent(self) -> int:
+        return round(100 * self.tokens / self.budget) if self.budget else 0
 
-def _usage(builds: list[BuildRecord]) -> Usage | None:
+
+def _load(build: BuildRecord) -> float:
+    return build.final_tokens / build.max_tokens if build.max_tokens else float("inf")
+
+
+def usage_of(builds: list[BuildRecord]) -> Usage | None:
+    """The agent whose last build uses the largest share of its budget.
+
+    Budgets differ by orders of magnitude across agents (100,000 for one, 650 for another):
+    a sum would hide the agent about to overflow behind the one with room to spare.
+    """
     if not builds:
         return None
-    detail = "; ".join(f"{b.agent_id}: {b.final_tokens:,} / {b.max_tokens:,}" for b in builds)
+    ordered = sorted(builds, key=lambda b: (-_load(b), b.agent_id))
+    top = ordered[0]
+    detail = "; ".join(
+        f"{b.agent_id}: {b.final_tokens:,} / {b.max_tokens:,} ({round(100 * _load(b))}%)"
+        for b in ordered
+    )
     return Usage(
-        tokens=sum(b.final_tokens for b in builds),
-        budget=sum(b.max_tokens for b in builds),
+        agent_id=top.agent_id,
+        tokens=top.final_tokens,
+        budget=top.max_tokens,
+        agents=len(builds),
         detail=detail,
     )
 
@@ -64,7 +96,7 @@ def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
     for (cluster_id, _), build in sorted(latest.items()):
         by_cluster.setdefault(cluster_id, []).append(build)
     context = {
-        "rows": [(c, _usage(by_cluster.get(c.id, []))) for c in clusters],
+        "rows": [(c, usage_of(by_cluster.get(c.id, []))) for c in clusters],
         "search": search,
         "state": state,
         "states": ClusterState.values,
@@ -79,6 +111,14 @@ def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
+FILTER_FIELDS = ("q", "topic", "sender", "since", "until")
+
+
+def _filter_query(values: dict[str, Any]) -> dict[str, Any]:
+    """The filters of the page as they go into links (cursors excluded)."""
+    return {k: values[k] for k in FILTER_FIELDS if values[k]}
+
+
 @dataclass(frozen=True, slots=True)
 class _Paging:
     """Links to the pages next to the one shown, and whether it is the live (newest) page."""
@@ -90,22 +130,23 @@ class _Paging:
 
 
 def _paging(
-    *, cluster: ClusterRecord, messages: list[MessageRecord], more: bool, values: dict[str, Any]
+    *, cluster: ClusterRecord, sequences: list[int], more: bool, values: dict[str, Any]
 ) -> _Paging:
-    query = {k: values[k] for k in ("topic", "sender", "since", "until") if values[k]}
+    query = _filter_query(values)
     page_url = reverse("dashboard:cluster", kwargs={"cluster_id": cluster.id})
     before, after = values["before"], values["after"]
     older = newer = None
-    if messages:
+    if sequences:
         # ``more`` points away from the cursor: older without one or with ``before``, newer with
         # ``after``; the other direction exists exactly when a cursor brought us here.
         has_older = more if after is None else True
         has_newer = before is not None if after is None else more
         if has_older:
-            older = page_url + "?" + urlencode({**query, "before": messages[-1].sequence})
+            older = page_url + "?" + urlencode({**query, "before": sequences[-1]})
         if has_newer:
-            newer = page_url + "?" + urlencode({**query, "after": messages[0].sequence})
-    # Live rows only on the newest page, and only when the filters let new messages in.
+            newer = page_url + "?" + urlencode({**query, "after": sequences[0]})
+    # Live rows only on the newest page, and only when the filters let new messages in. A search
+    # keeps the socket for the header and the snapshot; its rows come from searching again.
     live_url = None
     if before is None and after is None and values["until"] is None:
         live_url = f"/ws/clusters/{quote(cluster.id, safe='')}/timeline/"
@@ -114,48 +155,133 @@ def _paging(
     return _Paging(older, newer, live_url, paged=before is not None or after is not None)
 
 
-@require_GET
-@login_required
-@vary_on_headers("HX-Request")
-def cluster_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
-    """One cluster: the live timeline with filters, its snapshot, agents and topology."""
-    try:
-        cluster = ledger.cluster_get(cluster_id=cluster_id)
-    except NotFound:
-        raise Http404("no such cluster") from None
-    form = TimelineForm(request.GET)
-    values, errors = form.values()
-    if values["before"] is not None:
-        values["after"] = None
+@dataclass(frozen=True, slots=True)
+class _Timeline:
+    """The rows of one timeline page: messages, or search hits with their snippets."""
+
+    rows: list[tuple[MessageRecord, SearchHit | None]]
+    more: bool
+
+
+def _timeline(
+    cluster: ClusterRecord, form: TimelineForm, values: dict[str, Any], *, limit: int
+) -> _Timeline:
+    where = form.message_filter(values)
+    if values["q"]:
+        hits, more = ledger.message_search(
+            cluster_id=cluster.id,
+            where=where,
+            before=values["before"],
+            after=values["after"],
+            limit=limit,
+        )
+        return _Timeline([(hit.message, hit) for hit in hits], more)
     messages, more = ledger.message_timeline(
         cluster_id=cluster.id,
-        where=form.message_filter(values),
+        where=where,
         before=values["before"],
         after=values["after"],
+        limit=limit,
     )
-    paging = _paging(cluster=cluster, messages=messages, more=more, values=values)
+    return _Timeline([(m, None) for m in messages], more)
+
+
+def _timeline_context(
+    cluster: ClusterRecord, values: dict[str, Any], timeline: _Timeline, errors: list[str]
+) -> dict[str, Any]:
+    """What the timeline region shows: rows, paging, the live socket and the filters."""
+    paging = _paging(
+        cluster=cluster,
+        sequences=[m.sequence for m, _ in timeline.rows],
+        more=timeline.more,
+        values=values,
+    )
     page_url = reverse("dashboard:cluster", kwargs={"cluster_id": cluster.id})
-    query = {k: values[k] for k in ("topic", "sender", "since", "until") if values[k]}
-    context: dict[str, Any] = {
+    query = _filter_query(values)
+    return {
         "cluster": cluster,
-        "messages": messages,
+        "rows": timeline.rows,
         "filters": values,
         "filtered": bool(query),
-        "errors": list(errors.values()),
+        "searching": bool(values["q"]),
+        "more_filters": sum(1 for k in ("topic", "sender", "since", "until") if values[k]),
+        "errors": errors,
         "older": paging.older,
         "newer": paging.newer,
         "live_url": paging.live_url,
         "page_url": page_url,
+        "missed_url": reverse("dashboard:timeline-missed", kwargs={"cluster_id": cluster.id}),
         "paged": paging.paged,
         "newest_url": page_url + ("?" + urlencode(query) if query else ""),
     }
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def cluster_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """One cluster: the live timeline with filters and search, its snapshot, agents, topology."""
+    cluster = _cluster_or_404(cluster_id)
+    form = TimelineForm(request.GET)
+    values, errors = form.values()
+    if values["before"] is not None:
+        values["after"] = None
+    timeline = _timeline(cluster, form, values, limit=TIMELINE_PAGE)
+    messages = [m for m, _ in timeline.rows]
     return render_page_or_region(
         request,
         "dashboard/cluster_detail.html",
         region="timeline",
-        context=context,
+        context=_timeline_context(cluster, values, timeline, list(errors.values())),
         page_context=lambda: _cluster_panels(cluster, messages),
     )
+
+
+def _cluster_or_404(cluster_id: str) -> ClusterRecord:
+    try:
+        return ledger.cluster_get(cluster_id=cluster_id)
+    except NotFound:
+        raise Http404("no such cluster") from None
+
+
+@require_GET
+@login_required
+def timeline_missed(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """What a live page missed while its socket was down: the rows after its last sequence.
+
+    Live pushes are hints (SPEC §1.4): a page that reconnects asks here with ``after`` = the
+    last sequence it knew of and its filters, and gets the same out-of-band fragments a push
+    brings (rows, the header's count, the snapshot). When more than a page was missed, the
+    whole timeline region comes back instead (``HX-Retarget``).
+    """
+    cluster = _cluster_or_404(cluster_id)
+    form = TimelineForm(request.GET)
+    values, _ = form.values()
+    after = values["after"] or 0
+    # From an empty page (after=0) everything is missed: the newest page, as a first load.
+    values.update(before=None, after=after or None)
+    rows: list[MessageRecord] = []
+    if not values["q"] and cluster.last_sequence > after:
+        timeline = _timeline(cluster, form, values, limit=TIMELINE_PAGE)
+        if timeline.more:
+            values["after"] = None
+            newest = _timeline(cluster, form, values, limit=TIMELINE_PAGE)
+            response = render(
+                request,
+                "dashboard/cluster_detail.html#timeline",
+                _timeline_context(cluster, values, newest, []),
+            )
+            response["HX-Retarget"] = "#timeline"
+            response["HX-Reswap"] = "outerHTML"
+            return response
+        rows = [m for m, _ in timeline.rows]
+    fragments = [timeline_rows_html(rows)] if rows else []
+    fragments.append(count_html(cluster.id, cluster.last_sequence))
+    if cluster.last_sequence > after:
+        snapshot = snapshot_latest(cluster_id=cluster.id)
+        if snapshot is not None and snapshot.sequence > after:
+            fragments.append(snapshot_html(snapshot))
+    return HttpResponse("".join(fragments))
 
 
 def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> dict[str, Any]:
@@ -170,7 +296,7 @@ def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> di
                 "id": agent_id,
                 "role": agent.get("role", ""),
                 "max_tokens": agent_max_tokens(agent),
-                "usage": _usage([build] if build else []),
+                "usage": usage_of([build] if build else []),
                 "inspector": inspector_url(cluster.id, agent_id),
             }
         )

@@ -1,6 +1,7 @@
 // The context inspector's small behaviours; the page works without them.
 // - the max-tokens slider and number box follow each other;
-// - hovering or focusing a bar segment writes what it is into the caption under the bar.
+// - each bar segment's label shows in full where it fits, else only its priority, else
+//   nothing: never a word cut in the middle (the hover and focus text has everything).
 (function () {
   "use strict";
 
@@ -21,13 +22,32 @@
     }
   }, true);
 
-  function describe(event) {
-    var segment = event.target instanceof Element ? event.target.closest(".seg") : null;
-    if (!segment) return;
-    var figure = segment.closest("figure");
-    var caption = figure ? figure.querySelector("[data-caption]") : null;
-    if (caption) caption.textContent = segment.getAttribute("data-describe") || "";
+  var PADDING = 10;
+
+  function fitLabels(root) {
+    var scope = root && root.querySelectorAll ? root : document;
+    scope.querySelectorAll(".bb-bar .seg").forEach(function (segment) {
+      var label = segment.querySelector(".seg-label");
+      var fill = segment.querySelector(".seg-fill");
+      if (!label || !fill) return;
+      var room = fill.getBoundingClientRect().width - PADDING;
+      var choices = [label.getAttribute("data-full"), label.getAttribute("data-short"), ""];
+      for (var i = 0; i < choices.length; i++) {
+        label.textContent = choices[i] || "";
+        if (!choices[i] || label.getComputedTextLength() <= room) break;
+      }
+    });
   }
-  document.addEventListener("focusin", describe);
-  document.addEventListener("mouseover", describe);
+
+  var pending = null;
+  function refit() {
+    if (pending) window.cancelAnimationFrame(pending);
+    pending = window.requestAnimationFrame(function () { pending = null; fitLabels(document); });
+  }
+
+  document.addEventListener("DOMContentLoaded", refit);
+  document.addEventListener("htmx:afterSettle", refit);
+  // Bars put in place by other scripts (the admin's template preview) say so with this event.
+  document.addEventListener("zeroshot:content", refit);
+  window.addEventListener("resize", refit);
 })();

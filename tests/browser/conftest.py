@@ -10,7 +10,8 @@ are collected once into a temporary data folder and served by whitenoise with ``
 Tests using ``live_url`` need ``pytest.mark.django_db(transaction=True)``: rows a test writes must
 be committed for the server to see them.
 
-Fixtures: ``live_url``, ``browser_page``, ``signed_in_page``, ``screenshot``, ``operator``.
+Fixtures: ``live_url``, ``own_server`` (a server the test may restart), ``browser_page``,
+``signed_in_page``, ``screenshot``, ``operator``.
 """
 
 from __future__ import annotations
@@ -70,11 +71,60 @@ def _wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path
     raise RuntimeError(f"daphne did not listen on {port}:\n{log.read_text()}")
 
 
+class DaphneServer:
+    """daphne serving the project over the test database, in a subprocess; stop and start it.
+
+    Started again on the same port after a stop: a browser page that lost its socket can then
+    find its server back, as after a restart in production.
+    """
+
+    def __init__(self, env: dict[str, str], log: Path, port: int | None = None) -> None:
+        self.env = env
+        self.log = log
+        self.port = port or _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "zeroshot_web.asgi:application",
+                ],
+                env=self.env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_until_listening(self.port, self.process, self.log)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
 @pytest.fixture(scope="session")
-def _live_server(
+def _server_env(
     django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """Start daphne once per session over the test database; yield its base URL."""
+) -> tuple[dict[str, str], Path]:
+    """The environment a server process needs, with static files collected once."""
     with django_db_blocker.unblock():
         database_url = subprocess_database_url()
     data_dir = tmp_path_factory.mktemp("live-server")
@@ -94,36 +144,35 @@ def _live_server(
         cwd=REPO,
         check=True,
     )
-    port = _free_port()
+    return env, data_dir
+
+
+@pytest.fixture(scope="session")
+def _live_server(_server_env: tuple[dict[str, str], Path]) -> Iterator[str]:
+    """Start daphne once per session over the test database; yield its base URL."""
+    env, data_dir = _server_env
     log = data_dir / "daphne.log"
     _server_logs[:] = [log]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "zeroshot_web.asgi:application",
-            ],
-            env=env,
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    server = DaphneServer(env, log)
+    server.start()
     try:
-        _wait_until_listening(port, process, log)
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
+
+
+@pytest.fixture
+def own_server(
+    _server_env: tuple[dict[str, str], Path], transactional_db: None
+) -> Iterator[DaphneServer]:
+    """A server of this test's own, which the test may stop and start again."""
+    env, data_dir = _server_env
+    server = DaphneServer(env, data_dir / "own-daphne.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -197,15 +246,16 @@ def signed_in_page(browser_page: Any, operator: Any, live_url: str) -> Any:
 
 
 @pytest.fixture
-def screenshot() -> Callable[[Any, str], Path]:
-    """``screenshot(page, name)`` saves a full-page PNG to ``test-artifacts/<name>.png``."""
+def screenshot() -> Callable[..., Path]:
+    """``screenshot(page, name)`` saves a full-page PNG to ``test-artifacts/<name>.png``;
+    ``full_page=False`` keeps what the viewport shows (sticky elements where they stick)."""
 
-    def take(page: Any, name: str) -> Path:
+    def take(page: Any, name: str, *, full_page: bool = True) -> Path:
         ARTIFACTS.mkdir(exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
         # caret="initial": hiding the caret means injecting a <style>, which our CSP refuses
         # (and reports as a console error that tests check for).
-        page.screenshot(path=str(path), full_page=True, caret="initial")
+        page.screenshot(path=str(path), full_page=full_page, caret="initial")
         return path
 
     return take

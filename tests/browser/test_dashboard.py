@@ -54,8 +54,8 @@ def test_operator_signs_in_and_sees_the_demo_clusters(browser_page: Any, screens
 
     expect(page.locator("h1")).to_have_text("Clusters")
     rows = page.locator("#cluster-rows tr")
-    expect(rows).to_have_count(3)
-    for cluster_id in ("amber-comet-7", "quiet-harbor-21", "bold-ridge-3"):
+    expect(rows).to_have_count(4)
+    for cluster_id in ("amber-comet-7", "quiet-harbor-21", "bold-ridge-3", "steady-lantern-12"):
         expect(page.get_by_role("link", name=cluster_id)).to_be_visible()
     # Times are rewritten by the page's script into the operator's local, relative form.
     expect(page.locator("#cluster-rows time").first).to_have_text(

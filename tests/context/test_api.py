@@ -173,6 +173,34 @@ def test_build_context_command(run: str) -> None:
     assert ContextBuild.objects.count() == 0
 
 
+def test_build_context_command_prints_the_builds_one_total(run: str) -> None:
+    import json
+    import re
+
+    out, err = StringIO(), StringIO()
+    call_command(
+        "build_context",
+        run,
+        "worker",
+        "--preview",
+        "--max-tokens",
+        "5",
+        stdout=StringIO(),
+        stderr=err,
+    )
+    call_command(
+        "build_context", run, "worker", "--preview", "--max-tokens", "5", "--json", stdout=out
+    )
+    metrics = json.loads(out.getvalue())["metrics"]
+
+    final = metrics["budget"]["finalTokens"]
+    assert final == metrics["total"]["estimatedTokens"]
+    line = re.search(r"-- ([\d,]+) tokens of 5 · ([\d,]+) over budget", err.getvalue())
+    assert line is not None, err.getvalue()
+    assert int(line[1].replace(",", "")) == final
+    assert int(line[2].replace(",", "")) == final - 5
+
+
 def test_build_context_command_json_and_errors(run: str) -> None:
     import json
 

@@ -418,3 +418,34 @@ def test_header_rules_come_from_the_agent_then_the_template_then_ours() -> None:
     assert "Agent rules: decide alone." in custom
     assert "Template rules" not in custom
     assert DEFAULT_RULES in default
+
+
+def test_a_build_says_when_no_trigger_topic_matched_and_which_sources_hold_the_trigger() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "GO"}, {"topic": "NOTE", "amount": 2}])])
+    add(cid, (1, "NOTE", "someone", {"text": "a note"}))
+
+    # no GO yet: the newest message of any topic stands in, and the build says so
+    fallback = context_build(cluster_id=cid, agent_id="worker", preview=True)
+    add(cid, (2, "GO", "system", {"text": "go"}))
+    matched = context_build(cluster_id=cid, agent_id="worker", preview=True)
+    chosen = context_build(
+        cluster_id=cid, agent_id="worker", triggering_message_id="m0", preview=True
+    )
+
+    assert (fallback.trigger.topic, fallback.trigger_fallback) == ("NOTE", True)
+    assert fallback.trigger_sources == frozenset({"source:NOTE:1"})
+    assert (matched.trigger.topic, matched.trigger_fallback) == ("GO", False)
+    assert matched.trigger_sources == frozenset({"source:GO:0"})
+    assert chosen.trigger_fallback is False  # the caller picked it
+    # the GO source is empty: its only match is the trigger, which has its own pack
+    go = next(d for d in matched.result.decisions if d.id == "source:GO:0")
+    assert (go.status, go.reason) == ("skipped", "empty")
+
+
+def test_a_wildcard_trigger_is_no_fallback() -> None:
+    worker = agent("worker", [])
+    worker["triggers"] = [{"topic": "*", "action": "execute_task"}]
+    cid = make_cluster([worker])
+    add(cid, (1, "ANYTHING", "someone", {"text": "hello"}))
+
+    assert context_build(cluster_id=cid, agent_id="worker", preview=True).trigger_fallback is False

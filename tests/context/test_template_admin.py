@@ -129,3 +129,79 @@ def test_adding_a_template(admin_client_: Client) -> None:
 def test_context_builds_are_read_only(admin_client_: Client) -> None:
     assert admin_client_.get("/admin/context/contextbuild/").status_code == 200
     assert admin_client_.get("/admin/context/contextbuild/add/").status_code == 403
+
+
+def test_the_editor_is_the_vendored_one_and_checks_as_you_type(admin_client_: Client) -> None:
+    page = admin_client_.get(change_url("worker-validator")).content.decode()
+
+    assert "/static/vendor/codemirror/zeroshot-editor.js" in page
+    assert "/static/js/admin-template.js" in page
+    assert 'data-check-url="/admin/context/clustertemplate/check/"' in page
+    # the dashboard's preview goes under the editor
+    assert 'id="template-preview" data-url="/templates/preview/"' in page
+
+
+def test_the_check_places_each_problem_at_its_key(admin_client_: Client) -> None:
+    url = "/admin/context/clustertemplate/check/"
+    shape = copy.deepcopy(template_get(name="worker-validator").body)
+    del shape["agents"][1]["role"]
+    strategy = copy.deepcopy(template_get(name="worker-validator").body)
+    strategy["agents"][0]["contextStrategy"]["sources"][1]["strategy"] = "newest"
+
+    def problems(body: Any) -> list[dict[str, Any]]:
+        response = admin_client_.post(url, data=json.dumps(body), content_type="application/json")
+        return list(response.json()["problems"])
+
+    broken = admin_client_.post(url, data="{", content_type="application/json")
+
+    assert {"path": ["agents", 1, "role"], "severity": "error"}.items() <= problems(shape)[
+        0
+    ].items()
+    newest = next(p for p in problems(strategy) if "newest" in p["message"])
+    assert newest["path"] == ["agents", 0, "contextStrategy", "sources", 1, "strategy"]
+    assert newest["severity"] == "error"
+    assert broken.status_code == 400
+    assert admin_client_.get(url).status_code == 405
+
+
+def test_problem_paths_read_dotted_fields_and_strategy_problems() -> None:
+    from context.services.templates import problem_path
+
+    body = {"agents": [{"id": "a"}, {"id": "b"}]}
+
+    assert problem_path(body, {"field": "params.level.type"}) == ["params", "level", "type"]
+    assert problem_path(body, {"field": "agents[1].prompt"}) == ["agents", 1, "prompt"]
+    assert problem_path(body, {"agent": "b", "source": None, "field": "sources"}) == [
+        "agents",
+        1,
+        "contextStrategy",
+        "sources",
+    ]
+    assert problem_path(body, {"agent": "ghost", "field": "x"}) == ["agents"]
+
+
+def test_the_vendored_editor_is_the_file_its_readme_describes() -> None:
+    import hashlib
+    import re
+    from pathlib import Path
+
+    vendor = Path(__file__).resolve().parents[2] / "static" / "vendor"
+    readme = (vendor / "README.md").read_text()
+    recorded = re.search(r"\| sha256 \| `([0-9a-f]{64})` \|", readme)
+    bundle = (vendor / "codemirror" / "zeroshot-editor.js").read_bytes()
+
+    assert recorded is not None
+    assert hashlib.sha256(bundle).hexdigest() == recorded[1]
+    assert f"| size | {len(bundle)} bytes |" in readme
+
+
+def test_the_check_query_count_is_pinned(
+    admin_client_: Client, django_assert_num_queries: Any
+) -> None:
+    text = json.dumps(template_get(name="worker-validator").body)
+
+    # session, user: the check itself reads nothing
+    with django_assert_num_queries(2):
+        admin_client_.post(
+            "/admin/context/clustertemplate/check/", data=text, content_type="application/json"
+        )

@@ -72,7 +72,7 @@ def metrics_url(cid: str) -> str:
 def table_row(html: str, pack_id: str) -> str:
     match = re.search(
         r'<tr class="decision[^"]*"[^>]*>\s*<td[^>]*>\d+</td>\s*'
-        rf"<td><code>{re.escape(pack_id)}</code>.*?</tr>",
+        rf"<th[^>]*><code>{re.escape(pack_id)}</code>.*?</tr>",
         html,
         re.S,
     )
@@ -103,7 +103,12 @@ def test_inspector_shows_the_bar_the_decisions_and_the_prompt(operator: Client) 
     row = table_row(html, "source:NOTES:1")
     assert "full — fits in the" in row
     assert "after required packs" in row
-    assert '<td class="num">' in row
+    assert '<td class="num" data-label="Tokens">' in row
+    # the issue's own source: its only match is the trigger, which has a pack of its own
+    assert (
+        "skipped — its only match is the triggering message ISSUE_OPENED #3, which the prompt "
+        "carries once, in triggeringMessage"
+    ) in table_row(html, "source:ISSUE_OPENED:0")
     assert '<details class="pack-block' in html
     assert "## Messages from topic: NOTES" in html
     assert "No builds yet" in html
@@ -245,10 +250,10 @@ def test_diff_shows_added_and_dropped_packs_and_the_text_diff(operator: Client) 
     backward = operator.get(diff_url(cid), {"a": b, "b": a}).content.decode()
 
     assert re.search(
-        r"<code>source:NOTES:1</code></td>\s*<td><span class=\"tag tag-added\">", forward
+        r"<code>source:NOTES:1</code></th>\s*<td[^>]*><span class=\"tag tag-added\">", forward
     )
     assert re.search(
-        r"<code>source:NOTES:1</code></td>\s*<td><span class=\"tag tag-dropped\">", backward
+        r"<code>source:NOTES:1</code></th>\s*<td[^>]*><span class=\"tag tag-dropped\">", backward
     )
     assert '<span class="dl dl-add">+a third note</span>' in forward
     assert '<span class="dl dl-del">-Iteration: 1</span>' in forward
@@ -290,11 +295,16 @@ def test_metrics_draws_a_bar_per_build_with_a_text_alternative(operator: Client)
     html = operator.get(metrics_url(cid)).content.decode()
 
     assert html.count('<svg class="chart chart-tokens"') == 2
-    assert html.count('class="c-tokens build-bar"') == 3
-    assert html.count("<title>+") == 1  # one over-budget marker: the max_tokens=1 build
-    assert "<desc id=" in html
-    assert "2 builds; median" in html
+    assert html.count('<g class="col"') == 3
+    assert html.count('<rect class="c-over" x=') == 1  # the max_tokens=1 build, past its budget
+    assert html.count('class="marker marker-over" points="0,-5') == 1
+    assert 'data-describe="iteration 2 · ' in html
+    assert "2 builds; the latest used" in html
     assert '<th scope="col" class="num">Tokens</th>' in html
+    # the summary above the charts and the per-agent table
+    assert "<dt>Builds</dt><dd>3<" in html
+    assert "<dt>◆ Over budget</dt><dd>1<" in html
+    assert html.count('<th scope="row" class="card-title"><a class="mono"') == 2
 
 
 def test_metrics_empty_state(operator: Client) -> None:
@@ -340,9 +350,48 @@ def test_page_query_counts_do_not_grow_with_the_ledger(  # type: ignore[no-untyp
     # as of a sequence adds the look-up of that message
     with django_assert_num_queries(11):
         operator.get(inspector(cid), {"as_of": "3"})
+    # a chosen trigger: its sequence turned into its id, then the build reads it by id
+    with django_assert_num_queries(11):
+        operator.get(inspector(cid), {"trigger": "3"})
     # session, user, cluster, build A, build B, the build list
     with django_assert_num_queries(6):
         assert operator.get(diff_url(cid), {"a": a, "b": b}).status_code == 200
     # session, user, cluster, the builds
     with django_assert_num_queries(4):
         assert operator.get(metrics_url(cid)).status_code == 200
+
+
+def test_without_a_trigger_topic_message_the_preview_says_so_and_offers_to_pick(
+    operator: Client,
+) -> None:
+    cid = cluster_create(cluster_id="c1", config={"agents": [WORKER]}).id
+    publish(cid, "NOTES", "a note, not an issue")
+    seq = publish(cid, "CHATTER", "the newest message of all")
+
+    html = operator.get(inspector(cid)).content.decode()
+    picked = operator.get(inspector(cid), {"trigger": "1"}).content.decode()
+    unknown = operator.get(inspector(cid), {"trigger": "99"}).content.decode()
+
+    assert "No ISSUE_OPENED message yet" in html
+    assert f"<code>CHATTER</code> #{seq}" in html
+    assert 'href="#trigger" data-skip>Pick the triggering message</a>' in html
+    assert '<option value="">The newest ISSUE_OPENED</option>' in html
+    assert f'<option value="{seq}">#{seq} · CHATTER · someone</option>' in html
+    # the operator's own choice is no stand-in
+    assert "No ISSUE_OPENED message yet" not in picked
+    assert "triggered by <code>NOTES</code>\n    #1" in picked
+    assert '<option value="1" selected>' in picked
+    assert "This cluster has no message #99" in unknown
+
+
+def test_the_bar_the_table_and_the_builds_say_one_total(operator: Client) -> None:
+    cid = make_cluster()
+    build = context_build(cluster_id=cid, agent_id="worker")
+
+    html = operator.get(inspector(cid)).content.decode()
+    total = build.metrics["total"]["estimatedTokens"]
+
+    assert build.metrics["budget"]["finalTokens"] == total
+    assert f"<strong>{total:,}</strong> of 2,000 tokens" in html  # the bar's caption
+    assert f'data-label="Tokens"><strong>{total:,}</strong>' in html  # the table's total
+    assert f'{total:,}<span class="muted"> / 2,000</span>' in html  # the recorded build

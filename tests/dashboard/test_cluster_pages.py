@@ -51,13 +51,13 @@ def operator_client() -> Client:
     return client
 
 
-def imported(cluster_id: str, rows: list[tuple[int, str, str, str]]) -> None:
+def imported(cluster_id: str, rows: list[tuple[int, str, str, str]], first_id: int = 0) -> None:
     """Store (offset ms, topic, sender, text) rows with exactly these timestamps."""
     message_import_batch(
         cluster_id=cluster_id,
         messages=[
             ImportedMessage(
-                id=f"msg_{i:032x}",
+                id=f"msg_{first_id + i:032x}",
                 timestamp=T0 + offset,
                 topic=topic,
                 sender=sender,
@@ -211,7 +211,7 @@ def test_cluster_list_shows_tokens_of_the_last_builds(operator_client: Client) -
     html = operator_client.get("/").content.decode()
 
     assert "4,321" in html
-    assert "6,000" in html
+    assert "/ 6,000 · 72%" in html
     assert 'class="bar-fill" width="72"' in html
 
 
@@ -497,7 +497,7 @@ def test_timeline_socket_pushes_the_rendered_row_to_a_signed_in_session(
 ) -> None:
     headers = [(b"cookie", _session_cookie(operator_client)), (b"origin", b"http://localhost")]
 
-    async def scenario() -> tuple[str, bool]:
+    async def scenario() -> tuple[str, str]:
         everything = WebsocketCommunicator(
             application, f"/ws/clusters/{cluster}/timeline/", headers=headers
         )
@@ -513,19 +513,22 @@ def test_timeline_socket_pushes_the_rendered_row_to_a_signed_in_session(
             draft=MessageDraft(topic="WORKER_PROGRESS", sender="worker", content={"text": XSS}),
         )
         html = await everything.receive_from(timeout=5)
-        nothing = await plans_only.receive_nothing(timeout=0.3)
+        filtered = await plans_only.receive_from(timeout=5)
         await everything.disconnect()
         await plans_only.disconnect()
-        return html, nothing
+        return html, filtered
 
-    html, nothing = asyncio.run(scenario())
+    html, filtered = asyncio.run(scenario())
 
     assert html.startswith('<ol hx-swap-oob="afterbegin:#timeline-rows">')
     assert '<li class="msg" id="msg-1"' in html
     assert "WORKER_PROGRESS" in html
     assert "&lt;script&gt;" in html
     assert "<script>window.__xss" not in html
-    assert nothing is True
+    # a page filtered to another topic gets no row, but its header's count still moves
+    assert "timeline-rows" not in filtered
+    count = '<span id="cluster-count" class="count" data-sequence="1" hx-swap-oob="true">'
+    assert count in filtered
 
 
 @pytest.mark.django_db(transaction=True)
@@ -539,3 +542,189 @@ def test_timeline_socket_for_unknown_cluster_is_refused(operator_client: Client)
         return await close_code(communicator)
 
     assert asyncio.run(scenario()) == 4404
+
+
+# ---- search, catching up, what the header and the list say ------------------------------------
+
+
+def test_search_finds_words_by_stem_and_marks_them_escaped(
+    operator_client: Client, busy: str
+) -> None:
+    imported(busy, [(5000, "AGENT_OUTPUT", "worker", f"Fixed the login {XSS} for good")], 100)
+
+    html = operator_client.get(f"/clusters/{busy}/", {"q": "fixing logins"}).content.decode()
+    none = operator_client.get(f"/clusters/{busy}/", {"q": "nothing-here"}).content.decode()
+    bad = operator_client.get(f"/clusters/{busy}/", {"q": "!!"}).content.decode()
+
+    assert row_texts(html) == ["6", "1"]  # "# Fix the login" and "Fixed the login …"
+    assert "<mark>Fixed</mark> the <mark>login</mark>" in html
+    assert "&lt;script&gt;" in html
+    assert "<script>window.__xss" not in html
+    assert "Search results" in html
+    assert 'value="fixing logins"' in html
+    # the socket stays for the header and the snapshot; rows come from searching again
+    assert 'ws-connect="/ws/clusters/busy-1/timeline/?q=fixing+logins"' in html
+    assert "text holds every word of “nothing-here”" in none
+    assert "A search needs a word" in bad
+    assert row_texts(bad) == ["6", "5", "4", "3", "2", "1"]
+
+
+def test_search_combines_with_filters_and_pages(operator_client: Client) -> None:
+    cluster_create(cluster_id="long-1")
+    imported(
+        "long-1",
+        [
+            (i * 1000, ("NOTES", "CHATTER")[i % 2], "w", f"step {i} of the export")
+            for i in range(230)
+        ],
+    )
+
+    first = operator_client.get("/clusters/long-1/", {"q": "export", "topic": "NOTES"})
+    html = first.content.decode()
+    older = operator_client.get(
+        "/clusters/long-1/", {"q": "export", "topic": "NOTES", "before": "30"}
+    ).content.decode()
+
+    assert row_texts(html) == [str(s) for s in range(229, 29, -2)]
+    assert 'href="/clusters/long-1/?q=export&amp;topic=NOTES&amp;before=31"' in html
+    assert row_texts(older) == [str(s) for s in range(29, 0, -2)]
+
+
+def test_search_page_query_count_is_pinned(
+    operator_client: Client, django_assert_num_queries: Any
+) -> None:
+    cluster_create(cluster_id="big", config={"agents": AGENTS})
+    many("big", 300)
+
+    # session, user, cluster, the search (snippets included), newest snapshot, latest builds
+    with django_assert_num_queries(6):
+        response = operator_client.get("/clusters/big/", {"q": "step"})
+    # htmx: the region only
+    with django_assert_num_queries(4):
+        operator_client.get("/clusters/big/", {"q": "step"}, headers={"HX-Request": "true"})
+
+    assert len(row_texts(response.content.decode())) == 100
+
+
+def test_a_page_that_reconnects_gets_what_it_missed(operator_client: Client, busy: str) -> None:
+    imported(busy, [(6000, "WORKER_PROGRESS", "worker", "done while away")], 100)
+
+    response = operator_client.get(f"/clusters/{busy}/timeline/missed/", {"after": "5"})
+    filtered = operator_client.get(
+        f"/clusters/{busy}/timeline/missed/", {"after": "5", "topic": "PLAN_READY"}
+    ).content.decode()
+    nothing = operator_client.get(
+        f"/clusters/{busy}/timeline/missed/", {"after": "6"}
+    ).content.decode()
+
+    html = response.content.decode()
+    assert html.startswith('<ol hx-swap-oob="afterbegin:#timeline-rows">')
+    assert row_texts(html) == ["6"]
+    assert "done while away" in html
+    assert (
+        'id="cluster-count" class="count" data-sequence="6" hx-swap-oob="true">6 messages' in html
+    )
+    assert "timeline-rows" not in filtered
+    assert 'data-sequence="6"' in filtered
+    assert row_texts(nothing) == []
+
+
+def test_a_page_opened_on_an_empty_cluster_gets_everything_it_missed(
+    operator_client: Client,
+) -> None:
+    cluster_create(cluster_id="fresh-1")
+    many("fresh-1", 3)
+
+    html = operator_client.get(
+        "/clusters/fresh-1/timeline/missed/", {"after": "0"}
+    ).content.decode()
+
+    assert row_texts(html) == ["3", "2", "1"]
+    assert 'data-sequence="3" hx-swap-oob="true">3 messages' in html
+
+
+def test_a_page_that_missed_more_than_a_page_gets_the_whole_timeline(
+    operator_client: Client,
+) -> None:
+    cluster_create(cluster_id="long-1")
+    many("long-1", 150)
+
+    response = operator_client.get("/clusters/long-1/timeline/missed/", {"after": "10"})
+
+    assert response["HX-Retarget"] == "#timeline"
+    assert response["HX-Reswap"] == "outerHTML"
+    html = response.content.decode()
+    assert html.strip().startswith('<div id="timeline"')
+    assert row_texts(html)[:2] == ["150", "149"]
+
+
+def test_missed_rows_query_count_is_pinned(
+    operator_client: Client, busy: str, django_assert_num_queries: Any
+) -> None:
+    # session, user, cluster, the rows after the cursor (its timestamp in a subquery), snapshot
+    with django_assert_num_queries(5):
+        operator_client.get(f"/clusters/{busy}/timeline/missed/", {"after": "2"})
+    # nothing new: no rows to look for, no snapshot
+    with django_assert_num_queries(3):
+        operator_client.get(f"/clusters/{busy}/timeline/missed/", {"after": "5"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_snapshot_push_replaces_the_snapshot_panel(cluster: str, operator_client: Client) -> None:
+    headers = [(b"cookie", _session_cookie(operator_client)), (b"origin", b"http://localhost")]
+
+    async def scenario() -> str:
+        page = WebsocketCommunicator(
+            application, f"/ws/clusters/{cluster}/timeline/", headers=headers
+        )
+        assert (await page.connect())[0]
+        from channels.db import database_sync_to_async
+
+        # an ISSUE_OPENED makes the snapshotter publish a STATE_SNAPSHOT right behind it
+        await database_sync_to_async(message_publish)(
+            cluster_id=cluster,
+            draft=MessageDraft(
+                topic="ISSUE_OPENED", sender="system", content={"text": "# Ship it"}
+            ),
+        )
+        pushes = [await page.receive_from(timeout=5), await page.receive_from(timeout=5)]
+        await page.disconnect()
+        return "".join(pushes)
+
+    html = asyncio.run(scenario())
+
+    assert '<section id="snapshot-panel" class="panel"' in html
+    assert 'hx-swap-oob="true"' in html
+    assert "Task: Ship it" in html
+    assert 'data-sequence="2" hx-swap-oob="true">2 messages' in html
+
+
+def test_the_cluster_list_shows_the_last_message_not_the_last_build(
+    operator_client: Client,
+) -> None:
+    from context.models import ContextBuild
+
+    cluster_create(cluster_id="alpha-1", config={"agents": AGENTS})
+    many("alpha-1", 3)
+    for agent, tokens, budget in (("worker", 5400, 6000), ("planner", 225, 100_000)):
+        ContextBuild.objects.create(
+            cluster_id="alpha-1",
+            agent_id=agent,
+            iteration=1,
+            started_at=T0 + 48 * 60_000,  # long after the last message
+            max_tokens=budget,
+            final_tokens=tokens,
+            metrics={},
+        )
+    Cluster.objects.filter(pk="alpha-1").update(last_timestamp=T0 + 48 * 60_000)
+
+    html = operator_client.get("/").content.decode()
+
+    assert f'data-ms="{T0 + 2000}"' in html  # the third message, not the builds' clock
+    assert f'data-ms="{T0 + 48 * 60_000}"' not in html
+    # the most loaded agent's bar, not a sum across budgets of different sizes
+    assert '<span class="mono budget-agent">worker</span> 5,400' in html
+    assert "/ 6,000 · 90%" in html
+    assert 'class="bar-fill" width="90"' in html
+    assert "+1</span>" in html
+    assert "planner: 225 / 100,000 (0%)" in html

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -10,7 +11,14 @@ import pytest
 from context.budget import Pack, PackDecision, budget_select, estimate_tokens
 from context.metrics import build_metrics
 from context.selectors import BuildRecord
-from dashboard.charts import BASELINE, agent_charts, build_point, cluster_charts
+from dashboard.charts import (
+    TOKENS_FRAME,
+    agent_chart,
+    build_point,
+    cluster_charts,
+    cluster_summary,
+    nice_step,
+)
 from dashboard.presentation import (
     bar_geometry,
     decision_rows,
@@ -254,26 +262,250 @@ def test_build_point_counts_pack_fates() -> None:
     assert cut.counts[2] >= 1
 
 
-def test_agent_charts_draw_one_bar_per_build_and_markers_by_shape() -> None:
+def test_agent_chart_draws_one_column_per_build_and_markers_by_shape() -> None:
     builds = [
         record(1, "w", metrics_for(1000), 10),
         record(2, "w", metrics_for(60), 20),
         record(3, "w", metrics_for(100_000, max_chars=300), 30),
     ]
 
-    chart = agent_charts("w", list(reversed(builds)))
+    chart = agent_chart("w", list(reversed(builds)), role="implementation")
 
     assert [p.id for p in chart.points] == [1, 2, 3]  # oldest first whatever the input order
-    assert len([r for r in chart.token_bars if r.kind == "tokens"]) == 3
-    assert [r.kind for r in chart.token_bars].count("over") == 1
+    assert len(chart.columns) == 3
+    assert [c.over_h > 0 for c in chart.columns] == [False, True, False]
     assert {m.kind for m in chart.markers} == {"over", "truncated"}
-    assert all(0 <= r.y <= BASELINE and r.y + r.height <= BASELINE + 0.01 for r in chart.token_bars)
-    assert chart.budget_path.startswith("M")
+    baseline = TOKENS_FRAME.baseline
+    for c in chart.columns:
+        assert TOKENS_FRAME.top <= c.within_y <= baseline
+        assert math.isclose(c.within_y + c.within_h, baseline, abs_tol=0.02)
+        assert c.x >= 0
+        assert c.x + c.width <= 100.01
+    assert math.isclose(sum(c.slot_w for c in chart.columns), 100, abs_tol=0.05)
+    # a budget of 100,000 next to builds of a few hundred tokens is named, not drawn
+    assert chart.budget.off_scale
+    assert chart.budget.label == "budget 100k ↑"
     assert "3 builds" in chart.summary
     assert "1 over budget" in chart.summary
+    assert chart.stats.over_builds == 1
+    assert chart.stats.truncated_builds == 1
     assert [
         c.agent_id for c in cluster_charts([*builds, record(4, "a", metrics_for(1000), 5)])
     ] == [
         "a",
         "w",
     ]
+
+
+def test_a_budget_near_the_builds_is_a_step_line_and_the_scale_holds_it() -> None:
+    chart = agent_chart(
+        "w", [record(1, "w", metrics_for(1000), 10), record(2, "w", metrics_for(200), 20)]
+    )
+
+    assert not chart.budget.off_scale
+    levels = {s.y1 for s in chart.budget.segments if s.y1 == s.y2}
+    assert len(levels) == 2  # the budget moved from 1,000 to 200: two levels, joined
+    assert any(s.x1 == s.x2 for s in chart.budget.segments)
+    assert chart.y_ticks[0].label == "0"
+    assert chart.y_ticks[-1].y >= TOKENS_FRAME.top
+    assert [t.text for t in chart.x_ticks] == ["00:00:00", "00:00:00"]
+    assert chart.x_ticks[0].style == "seconds"
+
+
+def test_nice_steps_and_the_cluster_summary() -> None:
+    assert [nice_step(v) for v in (7, 702, 1080, 108_000)] == [2, 200, 500, 50_000]
+    charts = cluster_charts(
+        [
+            record(1, "w", metrics_for(1000), 10),
+            record(2, "w", metrics_for(60), 20),
+            record(3, "v", metrics_for(1000), 30),
+        ]
+    )
+
+    summary = cluster_summary(charts)
+
+    assert summary.builds == 3
+    assert summary.agents_with_builds == 2
+    assert summary.over_builds == 1
+    assert summary.max_agent == "w"
+    assert summary.max_point is not None
+    assert summary.max_point.over
+    assert cluster_summary([]).median_percent is None
+
+
+# ---- one total per build, reasons that say what happened, diffs of reasons ---------------------
+
+
+def odd_packs() -> list[Pack]:
+    """Packs whose sizes do not divide by four: each pack's estimate rounds up on its own."""
+    return [
+        Pack("header", "header", "required", 0, "h" * 401, required=True),
+        Pack("source:A:0", "sources", "required", 1, "a" * 201, required=True),
+        Pack("triggeringMessage", "triggeringMessage", "required", 2, "t" * 41, required=True),
+    ]
+
+
+def test_the_bar_total_is_the_builds_one_total() -> None:
+    packs = odd_packs()
+    result = budget_select(packs, max_tokens=100, max_chars=500_000)
+    rows = decision_rows(result.decisions, max_tokens=100, sizes=sizes_of(packs))
+    # per pack 101 + 51 + 11 = 163; the prompt (643 chars) is 161 tokens
+    assert sum(r.tokens for r in rows if r.included) == 163
+    assert result.budget.final_tokens == 161
+
+    bar = bar_geometry(rows, max_tokens=100, total_tokens=result.budget.final_tokens)
+
+    assert bar.used_tokens == 161
+    assert bar.over_tokens == 61  # 161 - 100, as every other view says
+    assert bar.used_percent == 161
+    drawn = sum(s.width for s in bar.segments) + bar.remainder_width
+    assert math.isclose(drawn, 100.0)
+    tick = bar.tick or 0
+    over_width = sum(s.width for s in bar.segments if s.over)
+    assert math.isclose(over_width, 100 - tick)
+
+
+def test_build_total_and_summary_use_final_tokens_everywhere() -> None:
+    from context.metrics import build_summary, build_total
+
+    packs = odd_packs()
+    result = budget_select(packs, max_tokens=100, max_chars=500_000)
+    metrics = build_metrics(
+        cluster_id="c",
+        agent_id="w",
+        role=None,
+        iteration=3,
+        triggered_by="GO",
+        trigger_from="s",
+        max_tokens=100,
+        sources_count=1,
+        result=result,
+    )
+
+    assert metrics["budget"]["overBudgetTokens"] == 63  # the walk's own, pack by pack
+    assert build_total(metrics) == (161, 100, 61)
+    assert build_summary(metrics, iteration=3) == "161 tokens of 100 · 61 over budget · iteration 3"
+    point = build_point(record(1, "w", metrics, 10))
+    assert (point.tokens, point.budget, point.over) == (161, 100, 61)
+
+
+def test_an_empty_source_whose_only_match_is_the_trigger_says_so() -> None:
+    packs = [
+        req("header", 10, 0),
+        src("source:ISSUE_OPENED:0", "required", 0, 1),
+        src("source:NOTES:1", "low", 0, 2),
+        req("triggeringMessage", 5, 3),
+    ]
+
+    rows = {
+        r.id: r.sentence
+        for r in rows_for(
+            packs,
+            1000,
+            trigger_sources=frozenset({"source:ISSUE_OPENED:0"}),
+            trigger_label="ISSUE_OPENED #1",
+        )
+    }
+
+    assert rows["source:ISSUE_OPENED:0"] == (
+        "skipped — its only match is the triggering message ISSUE_OPENED #1, which the prompt "
+        "carries once, in triggeringMessage"
+    )
+    assert rows["source:NOTES:1"] == "skipped — no messages matched this source"
+
+
+def test_a_changed_reason_for_leaving_a_pack_out_is_a_change() -> None:
+    a = [{"id": "source:W:3", "status": "skipped", "reason": "empty", "order": 3}]
+    b = [{"id": "source:W:3", "status": "skipped", "reason": "budget", "order": 3}]
+    same = [{"id": "source:W:3", "status": "skipped", "reason": "budget", "order": 3}]
+
+    (change,) = pack_diff(a, {}, b, {})
+    (still,) = pack_diff(b, {}, same, {})
+
+    assert change.kind == "changed"
+    assert change.notes == ("skipped (empty) → skipped (did not fit)",)
+    assert still.kind == "unchanged"
+
+
+def test_the_clusters_list_shows_the_most_loaded_agent() -> None:
+    from dashboard.views.clusters import usage_of
+
+    def build(agent: str, tokens: int, budget: int) -> BuildRecord:
+        return BuildRecord(
+            id=1,
+            cluster_id="c",
+            agent_id=agent,
+            role="",
+            iteration=1,
+            started_at=1,
+            trigger_message_id="",
+            trigger_topic="GO",
+            max_tokens=budget,
+            final_tokens=tokens,
+            metrics={},
+        )
+
+    usage = usage_of([build("planner", 225, 100_000), build("worker", 343, 650)])
+
+    assert usage is not None
+    assert (usage.agent_id, usage.tokens, usage.budget, usage.percent) == ("worker", 343, 650, 53)
+    assert usage.agents == 2
+    assert usage.detail == "worker: 343 / 650 (53%); planner: 225 / 100,000 (0%)"
+    assert usage_of([]) is None
+
+
+# ---- the topology and the timeline's times --------------------------------------------------
+
+
+def chain(n: int) -> list[dict[str, Any]]:
+    """n agents, each triggered by the topic of the one before; the first by the outside."""
+    agents = []
+    for i in range(n):
+        agents.append(
+            {
+                "id": f"agent-{i}",
+                "triggers": [{"topic": "ISSUE_OPENED" if i == 0 else f"STEP_{i - 1}_DONE"}],
+                "hooks": {"onComplete": {"config": {"topic": f"STEP_{i}_DONE"}}},
+            }
+        )
+    # two agents listen to the outside too: nested arcs from the same node
+    agents[2]["triggers"].append({"topic": "ISSUE_OPENED"})
+    return agents
+
+
+def test_topology_labels_sit_outside_every_arc_they_share_a_height_with() -> None:
+    from dashboard.topology import NODE_W, topology
+
+    graph = topology(chain(5))
+    column_right = graph.nodes[0].x + NODE_W
+
+    for edge in graph.edges:
+        if edge.anchor != "start":
+            continue
+        for other in graph.edges:
+            if other.anchor != "start":
+                continue
+            numbers = [float(v) for v in re.findall(r"-?\d+\.?\d*", other.path)]
+            ys = numbers[1::2]
+            apex = column_right + 0.75 * (max(numbers[0::2]) - column_right)
+            if min(ys) - 4 <= edge.label_y <= max(ys) + 4:
+                assert edge.label_x > apex, (edge.topic, other.topic)
+    labels = [(e.label_x, e.label_y) for e in graph.edges]
+    assert len(set(labels)) == len(labels)
+
+
+def test_topology_is_drawn_at_one_scale_whatever_the_number_of_agents() -> None:
+    from dashboard.topology import topology
+
+    small, large = topology(chain(3)), topology(chain(8))
+
+    # the same node size and spacing, so the page draws both at the same text size
+    assert small.nodes[1].y - small.nodes[0].y == large.nodes[1].y - large.nodes[0].y
+    assert large.height > small.height
+
+
+def test_row_times_carry_their_day() -> None:
+    from dashboard.templatetags.dashboard_ui import stamp_text
+
+    assert stamp_text(1_770_024_000_000) == "02-02 09:20:00"
+    assert stamp_text(None) == ""

@@ -73,5 +73,15 @@ def test_deleting_a_cluster_asks_for_confirmation_first(
     done = admin_client.post(f"/admin/ledger/cluster/{cid}/delete/", {"post": "yes"})
 
     assert done.status_code == 302
+    assert done["Location"] == "/admin/ledger/cluster/"  # back to the list, not the admin's home
     assert not Cluster.objects.filter(pk=cid).exists()
     assert Message.objects.count() == 0
+
+
+def test_the_admin_wears_the_apps_colours_and_name(admin_client: Client) -> None:
+    page = admin_client.get("/admin/").content.decode()
+
+    assert 'zeroshot-web <span class="site-part">admin</span>' in page
+    assert "/static/css/admin.css" in page
+    assert "Django administration" not in page
+    assert 'href="/">← Dashboard</a>' in page

@@ -116,6 +116,20 @@ def test_cluster_list_filters_and_counts(db: None) -> None:
     assert listed["beta-two"].last_activity is None
 
 
+def test_last_activity_is_the_newest_message_not_the_clusters_clock(db: None) -> None:
+    from ledger.selectors import cluster_get
+    from ledger.services import cluster_transaction
+
+    cid = cluster_create(cluster_id="clocked").id
+    (last,) = message_publish_batch(cluster_id=cid, drafts=[MessageDraft(topic="T", sender="s")])
+    # A recorded context build moves the cluster's clock past its start, much later.
+    with cluster_transaction(cid) as writer:
+        writer.clock_advance(last.timestamp + 48 * 60_000)
+
+    assert cluster_get(cluster_id=cid).last_activity == last.timestamp
+    assert {c.id: c for c in cluster_list()}[cid].last_activity == last.timestamp
+
+
 def test_query_count_does_not_grow_with_results(
     cluster: str,
     ledger: list[int],

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from context.metrics import build_summary
 from context.services import context_build
 from ledger.errors import ServiceError
 
@@ -43,8 +44,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(body, ensure_ascii=False, indent=2))
             return
         self.stdout.write(outcome.context, ending="")
-        budget = outcome.metrics["budget"]
         self.stderr.write(
-            f"\n-- {outcome.metrics['total']['estimatedTokens']} tokens of {budget['maxTokens']}"
-            f" · iteration {outcome.iteration} · {'recorded' if outcome.recorded else 'preview'}"
+            "\n-- "
+            + build_summary(outcome.metrics, iteration=outcome.iteration)
+            + f" · {'recorded' if outcome.recorded else 'preview'}"
         )
