@@ -15,6 +15,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from ledger.interfaces import INT64_MAX, ClusterState, MessageFilter, timestamp_problem
+from runs.models import TaskState
 
 MAX_TOKENS_CEILING = 10_000_000
 
@@ -142,3 +143,31 @@ class WhatIfForm(FilterForm):
 class DiffForm(FilterForm):
     a = WholeNumberField(label="Build A")
     b = WholeNumberField(label="Build B")
+
+
+class IssueForm(forms.Form):
+    """The issue a cluster is started with (``ISSUE_OPENED``)."""
+
+    title = forms.CharField(required=False, max_length=300, label="Title")
+    text = forms.CharField(
+        max_length=100_000, label="Issue", widget=forms.Textarea(attrs={"rows": 4})
+    )
+
+
+class LaunchForm(IssueForm):
+    """Start a new cluster from a template, with its issue."""
+
+    template = forms.ChoiceField(label="Template")
+
+    def __init__(self, *args: Any, templates: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        template = self.fields["template"]
+        assert isinstance(template, forms.ChoiceField)
+        template.choices = [(name, name) for name in templates]
+        self.order_fields(["template", "title", "text"])
+
+
+class TaskListForm(FilterForm):
+    agent = forms.CharField(required=False, max_length=64)
+    state = forms.ChoiceField(required=False, choices=[("", "any"), *TaskState.choices])
+    before = forms.CharField(required=False, max_length=40)

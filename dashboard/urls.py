@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.views import builds, clusters, templates
+from dashboard.views import builds, clusters, runs, templates
 
 app_name = "dashboard"
 
 urlpatterns = [
     path("", clusters.cluster_list_page, name="clusters"),
+    path("launch/", runs.cluster_launch, name="cluster-launch"),
     path("clusters/<str:cluster_id>/", clusters.cluster_page, name="cluster"),
     path(
         "clusters/<str:cluster_id>/timeline/missed/",
@@ -32,5 +33,10 @@ urlpatterns = [
         name="build_diff",
     ),
     path("clusters/<str:cluster_id>/metrics/", builds.metrics_page, name="metrics"),
+    path("clusters/<str:cluster_id>/tasks/", runs.tasks_page, name="tasks"),
+    path("clusters/<str:cluster_id>/agents-panel/", runs.agents_panel, name="agents-panel"),
+    path("clusters/<str:cluster_id>/start/", runs.cluster_start, name="cluster-start"),
+    path("clusters/<str:cluster_id>/stop/", runs.cluster_stop, name="cluster-stop"),
+    path("clusters/<str:cluster_id>/builds/<int:build_id>/", runs.build_page, name="build"),
     path("templates/preview/", templates.template_preview, name="template-preview"),
 ]

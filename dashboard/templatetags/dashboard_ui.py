@@ -130,3 +130,28 @@ def percent_of(value: int | None, whole: int | None) -> int:
 def ms_time(value: int | None) -> str:
     """Milliseconds since the epoch as readable UTC text (the fallback inside ``<time>``)."""
     return time_text(value) if isinstance(value, int) else ""
+
+
+@register.filter
+def elapsed_text(since_ms: int | None, now_ms: int) -> str:
+    """How long since a moment, as the page's script writes it: "42s", "3m 05s", "1h 02m"."""
+    if since_ms is None:
+        return ""
+    seconds = max(0, (now_ms - since_ms) // 1000)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
+
+
+@register.filter
+def duration_text(ms: int | None) -> str:
+    """A duration in milliseconds as "850 ms", "12.4 s" or "3m 05s"; "—" when unknown."""
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return elapsed_text(0, ms)

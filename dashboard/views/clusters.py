@@ -18,11 +18,12 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from context.selectors import BuildRecord, build_latest_by_agent
-from context.strategy import agent_max_tokens
+from context.services.templates import template_list
+from dashboard.activity import agents_context, usage_of
 from dashboard.consumers import count_html, snapshot_html, timeline_rows_html
-from dashboard.forms import ClusterListForm, TimelineForm
+from dashboard.forms import ClusterListForm, LaunchForm, TimelineForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region
-from dashboard.templatetags.dashboard_ui import TOPIC_TONES, inspector_url
+from dashboard.templatetags.dashboard_ui import TOPIC_TONES
 from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -35,52 +36,6 @@ from ledger.interfaces import (
 from snapshots.snapshotter import snapshot_latest
 
 TIMELINE_PAGE = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """The most loaded of some agents' last builds against its budget, the others in words."""
-
-    agent_id: str
-    tokens: int
-    budget: int
-    agents: int  # how many agents' builds were weighed
-    detail: str
-
-    @property
-    def over(self) -> bool:
-        return self.tokens > self.budget
-
-    @property
-    def percent(self) -> int:
-        return round(100 * self.tokens / self.budget) if self.budget else 0
-
-
-def _load(build: BuildRecord) -> float:
-    return build.final_tokens / build.max_tokens if build.max_tokens else float("inf")
-
-
-def usage_of(builds: list[BuildRecord]) -> Usage | None:
-    """The agent whose last build uses the largest share of its budget.
-
-    Budgets differ by orders of magnitude across agents (100,000 for one, 650 for another):
-    a sum would hide the agent about to overflow behind the one with room to spare.
-    """
-    if not builds:
-        return None
-    ordered = sorted(builds, key=lambda b: (-_load(b), b.agent_id))
-    top = ordered[0]
-    detail = "; ".join(
-        f"{b.agent_id}: {b.final_tokens:,} / {b.max_tokens:,} ({round(100 * _load(b))}%)"
-        for b in ordered
-    )
-    return Usage(
-        agent_id=top.agent_id,
-        tokens=top.final_tokens,
-        budget=top.max_tokens,
-        agents=len(builds),
-        detail=detail,
-    )
 
 
 @require_GET
@@ -107,7 +62,9 @@ def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
         "dashboard/cluster_list.html",
         region="cluster-rows",
         context=context,
-        page_context=dict,
+        page_context=lambda: {
+            "launch_form": LaunchForm(templates=[t.name for t in template_list()])
+        },
     )
 
 
@@ -233,7 +190,10 @@ def cluster_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         "dashboard/cluster_detail.html",
         region="timeline",
         context=_timeline_context(cluster, values, timeline, list(errors.values())),
-        page_context=lambda: _cluster_panels(cluster, messages),
+        page_context=lambda: {
+            **_cluster_panels(cluster, messages),
+            "run_error": request.GET.get("run_error", "")[:300],
+        },
     )
 
 
@@ -286,20 +246,8 @@ def timeline_missed(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
 
 def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> dict[str, Any]:
     """What the page shows beside the timeline: snapshot, agents, topology, filter choices."""
-    latest = build_latest_by_agent(cluster_ids=[cluster.id])
-    agents = []
-    for agent in cluster.agents:
-        agent_id = str(agent.get("id", ""))
-        build = latest.get((cluster.id, agent_id))
-        agents.append(
-            {
-                "id": agent_id,
-                "role": agent.get("role", ""),
-                "max_tokens": agent_max_tokens(agent),
-                "usage": usage_of([build] if build else []),
-                "inspector": inspector_url(cluster.id, agent_id),
-            }
-        )
+    panel = agents_context(cluster)
+    agents = panel["agents"]
     # Suggestions for the filter inputs, from the config and the page: no scan of the ledger.
     topics = sorted(
         {t for a in cluster.agents for t in trigger_topics(a) + published_topics(a)}
@@ -307,8 +255,8 @@ def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> di
     )
     senders = sorted({a["id"] for a in agents if a["id"]} | {m.sender for m in messages})
     return {
+        **panel,
         "snapshot": snapshot_latest(cluster_id=cluster.id),
-        "agents": agents,
         "topology": topology(cluster.agents),
         "metrics_url": reverse("dashboard:metrics", kwargs={"cluster_id": cluster.id}),
         "tones": range(TOPIC_TONES),

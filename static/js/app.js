@@ -64,6 +64,7 @@
     var mode = el.getAttribute("data-format") || "full";
     var text;
     if (mode === "relative") { text = ago(ms); }
+    else if (mode === "elapsed") { text = elapsed(Date.now() - ms); }
     else if (mode === "time") { text = clockFormat.format(date); }
     else if (mode === "stamp") {
       text = sameDay(date, new Date()) ? clockFormat.format(date) : dayClockFormat.format(date);
@@ -75,6 +76,14 @@
   }
 
   function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  // How long a task has run: "42s", "3m 05s", "1h 02m".
+  function elapsed(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) { return s + "s"; }
+    if (s < 3600) { return Math.floor(s / 60) + "m " + pad(s % 60) + "s"; }
+    return Math.floor(s / 3600) + "h " + pad(Math.floor(s / 60) % 60) + "m";
+  }
 
   function localText(ms) {
     var d = new Date(ms);
@@ -329,11 +338,20 @@
   });
   document.addEventListener("htmx:wsError", function () { liveState("reconnecting…", "closed"); });
 
+  // Forms that change a run (stop a cluster) ask first.
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) { event.preventDefault(); }
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     process(document);
     if (window.htmx) { window.htmx.onLoad(function (elt) { process(elt); }); }
     window.setInterval(function () {
       document.querySelectorAll("time[data-ms][data-format=relative]").forEach(renderTime);
     }, 30000);
+    window.setInterval(function () {
+      document.querySelectorAll("time[data-ms][data-format=elapsed]").forEach(renderTime);
+    }, 1000);
   });
 })();

@@ -137,8 +137,9 @@ def test_the_new_rows_pill_stays_in_view_and_leads_to_the_newest(
     page = signed_in_page
     page.goto("/clusters/long-live/")
     expect(page.locator("[data-live-status]")).to_have_attribute("data-state", "open")
-    page.mouse.wheel(0, 360)
-    page.wait_for_function("window.scrollY >= 350")
+    # scrolled down past the newest rows (below the start form of a cluster not started yet)
+    page.mouse.wheel(0, 700)
+    page.wait_for_function("window.scrollY >= 690")
 
     for text in ("first of two", "second of two"):
         body = {"topic": "AGENT_OUTPUT", "sender": "worker", "content": {"text": text}}

@@ -222,8 +222,8 @@ def test_cluster_list_query_count_is_pinned(
         cluster_create(cluster_id=f"c-{i}", config={"agents": AGENTS})
         many(f"c-{i}", 3)
 
-    # session, user, clusters, latest builds of all of them
-    with django_assert_num_queries(4):
+    # session, user, clusters, latest builds of all of them, templates for the start form
+    with django_assert_num_queries(5):
         assert operator_client.get("/").status_code == 200
 
 
@@ -362,10 +362,11 @@ def test_cluster_page_query_count_does_not_grow_with_the_ledger(
     many("small", 10)
     many("large", 300)
 
-    # session, user, cluster, one timeline page, newest snapshot, latest builds
-    with django_assert_num_queries(6):
+    # session, user, cluster, one timeline page, open and finished tasks, latest builds,
+    # newest snapshot
+    with django_assert_num_queries(8):
         small = operator_client.get("/clusters/small/")
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(8):
         large = operator_client.get("/clusters/large/")
     with django_assert_num_queries(4):
         operator_client.get("/clusters/large/", headers={"HX-Request": "true"})
@@ -596,8 +597,9 @@ def test_search_page_query_count_is_pinned(
     cluster_create(cluster_id="big", config={"agents": AGENTS})
     many("big", 300)
 
-    # session, user, cluster, the search (snippets included), newest snapshot, latest builds
-    with django_assert_num_queries(6):
+    # session, user, cluster, the search (snippets included), open and finished tasks, latest
+    # builds, newest snapshot
+    with django_assert_num_queries(8):
         response = operator_client.get("/clusters/big/", {"q": "step"})
     # htmx: the region only
     with django_assert_num_queries(4):

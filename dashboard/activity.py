@@ -1,0 +1,90 @@
+"""What the agents of a cluster are doing: their state, current task and last build's load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from context.selectors import BuildRecord, build_latest_by_agent
+from context.strategy import agent_max_tokens
+from dashboard.templatetags.dashboard_ui import inspector_url
+from ledger import interfaces as ledger
+from ledger.interfaces import ClusterRecord, ClusterState
+from runs import selectors as tasks
+
+# The agents panel looks again this often while the cluster runs (ms).
+AGENTS_REFRESH_MS = 1500
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The most loaded of some agents' last builds against its budget, the others in words."""
+
+    agent_id: str
+    tokens: int
+    budget: int
+    agents: int  # how many agents' builds were weighed
+    detail: str
+
+    @property
+    def over(self) -> bool:
+        return self.tokens > self.budget
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.tokens / self.budget) if self.budget else 0
+
+
+def _load(build: BuildRecord) -> float:
+    return build.final_tokens / build.max_tokens if build.max_tokens else float("inf")
+
+
+def usage_of(builds: list[BuildRecord]) -> Usage | None:
+    """The agent whose last build uses the largest share of its budget.
+
+    Budgets differ by orders of magnitude across agents (100,000 for one, 650 for another):
+    a sum would hide the agent about to overflow behind the one with room to spare.
+    """
+    if not builds:
+        return None
+    ordered = sorted(builds, key=lambda b: (-_load(b), b.agent_id))
+    top = ordered[0]
+    detail = "; ".join(
+        f"{b.agent_id}: {b.final_tokens:,} / {b.max_tokens:,} ({round(100 * _load(b))}%)"
+        for b in ordered
+    )
+    return Usage(
+        agent_id=top.agent_id,
+        tokens=top.final_tokens,
+        budget=top.max_tokens,
+        agents=len(builds),
+        detail=detail,
+    )
+
+
+def agents_context(cluster: ClusterRecord) -> dict[str, Any]:
+    """Each agent with its state, current task and last build (three queries)."""
+    ids = [str(a.get("id", "")) for a in cluster.agents]
+    activity = tasks.agent_activity(cluster_id=cluster.id, agent_ids=ids)
+    latest = build_latest_by_agent(cluster_ids=[cluster.id])
+    agents = []
+    for agent in cluster.agents:
+        agent_id = str(agent.get("id", ""))
+        build = latest.get((cluster.id, agent_id))
+        agents.append(
+            {
+                "id": agent_id,
+                "role": agent.get("role", ""),
+                "max_tokens": agent_max_tokens(agent),
+                "usage": usage_of([build] if build else []),
+                "inspector": inspector_url(cluster.id, agent_id),
+                "activity": activity[agent_id],
+            }
+        )
+    return {
+        "cluster": cluster,
+        "agents": agents,
+        "live_agents": cluster.state in (ClusterState.RUNNING, ClusterState.STOPPING),
+        "refresh_ms": AGENTS_REFRESH_MS,
+        "now_ms": ledger.now_ms(),
+    }

@@ -1,0 +1,183 @@
+"""Operator pages of running clusters: agents at work, tasks, recorded builds, start and stop.
+
+The agents panel is a region of the cluster page that refreshes itself while the cluster runs,
+so each agent's state (idle, queued, running, failed) follows its tasks without a reload.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from context import selectors as builds
+from context.services.templates import template_list
+from dashboard.activity import agents_context
+from dashboard.forms import IssueForm, LaunchForm, TaskListForm
+from dashboard.http import HtmxHttpRequest
+from dashboard.presentation import bar_geometry, decision_rows, time_text
+from dashboard.templatetags.dashboard_ui import inspector_url
+from ledger import interfaces as ledger
+from ledger.interfaces import ClusterRecord, NotFound, ServiceError
+from runs import selectors as tasks
+from runs import services as runs
+from runs.models import TaskState
+
+TASK_PAGE = 50
+
+
+def _cluster_or_404(cluster_id: str) -> ClusterRecord:
+    try:
+        return ledger.cluster_get(cluster_id=cluster_id)
+    except NotFound:
+        raise Http404("no such cluster") from None
+
+
+@require_GET
+@login_required
+def agents_panel(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """The agents panel alone, with the cluster's state and controls out of band."""
+    cluster = _cluster_or_404(cluster_id)
+    return render(request, "dashboard/_agents_panel.html", {**agents_context(cluster), "oob": True})
+
+
+@require_POST
+@login_required
+def cluster_start(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """Start a cluster that has not run yet with the operator's issue."""
+    cluster = _cluster_or_404(cluster_id)
+    form = IssueForm(request.POST)
+    error = ""
+    if form.is_valid():
+        try:
+            runs.cluster_start(cluster_id=cluster.id, issue=form.cleaned_data)
+        except ServiceError as exc:
+            error = exc.message
+    else:
+        error = " ".join(str(e) for errs in form.errors.values() for e in errs)
+    return _back_to_cluster(cluster.id, error)
+
+
+@require_POST
+@login_required
+def cluster_stop(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """Stop a running cluster: its open tasks are cancelled and nothing triggers any more."""
+    cluster = _cluster_or_404(cluster_id)
+    error = ""
+    try:
+        runs.cluster_stop(cluster_id=cluster.id, reason=f"stopped by {request.user}")
+    except ServiceError as exc:
+        error = exc.message
+    return _back_to_cluster(cluster.id, error)
+
+
+def _back_to_cluster(cluster_id: str, error: str) -> HttpResponse:
+    url = reverse("dashboard:cluster", kwargs={"cluster_id": cluster_id})
+    if error:
+        url += "?" + urlencode({"run_error": error[:300]})
+    return HttpResponseRedirect(url)
+
+
+@require_POST
+@login_required
+def cluster_launch(request: HtmxHttpRequest) -> HttpResponse:
+    """Create a cluster from a template and start it with an issue; then watch it run."""
+    names = [t.name for t in template_list()]
+    form = LaunchForm(request.POST, templates=names)
+    if form.is_valid():
+        issue = {"title": form.cleaned_data["title"], "text": form.cleaned_data["text"]}
+        try:
+            cluster = runs.cluster_launch(template_name=form.cleaned_data["template"], issue=issue)
+        except ServiceError as exc:
+            form.add_error(None, exc.message)
+        else:
+            return HttpResponseRedirect(
+                reverse("dashboard:cluster", kwargs={"cluster_id": cluster.id})
+            )
+    return render(request, "dashboard/launch.html", {"form": form}, status=422)
+
+
+@require_GET
+@login_required
+def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """A cluster's tasks, newest first: who ran, when, how long, how often, with which build."""
+    cluster = _cluster_or_404(cluster_id)
+    values, errors = TaskListForm(request.GET).values()
+    page = tasks.task_list(
+        cluster_id=cluster.id,
+        agent_id=values["agent"] or None,
+        state=values["state"] or None,
+        before=values["before"] or None,
+        limit=TASK_PAGE,
+    )
+    rows = [
+        {
+            "task": task,
+            "wait_ms": (task.claimed_at - task.created_at) if task.claimed_at else None,
+            "run_ms": (task.finished_at - task.claimed_at)
+            if task.finished_at and task.claimed_at
+            else None,
+        }
+        for task in page
+    ]
+    query = {k: v for k, v in (("agent", values["agent"]), ("state", values["state"])) if v}
+    older = None
+    if len(page) == TASK_PAGE:
+        older = "?" + urlencode({**query, "before": page[-1].id})
+    return render(
+        request,
+        "dashboard/tasks.html",
+        {
+            "cluster": cluster,
+            "rows": rows,
+            "errors": errors,
+            "filters": values,
+            "older": older,
+            "agent_ids": [str(a.get("id")) for a in cluster.agents],
+            "states": TaskState.values,
+        },
+    )
+
+
+@require_GET
+@login_required
+def build_page(request: HtmxHttpRequest, cluster_id: str, build_id: int) -> HttpResponse:
+    """One recorded build as its agent received it, and what the model billed for it."""
+    cluster = _cluster_or_404(cluster_id)
+    build = builds.build_get(cluster_id=cluster.id, build_id=build_id)
+    if build is None:
+        raise Http404("no such build")
+    rows = decision_rows(build.decisions, max_tokens=build.max_tokens)
+    by_id = {row.id: row for row in rows}
+    total = build.metrics.get("total") or {"chars": len(build.prompt), "estimatedTokens": 0}
+    reported = build.reported_input_tokens
+    return render(
+        request,
+        "dashboard/build.html",
+        {
+            "cluster": cluster,
+            "build": build,
+            "agent_id": build.agent_id,
+            "when": time_text(build.started_at),
+            "x": {
+                "rows": rows,
+                "bar": bar_geometry(
+                    rows, max_tokens=build.max_tokens, total_tokens=build.final_tokens
+                ),
+                "blocks": [
+                    (by_id[pack_id], text)
+                    for pack_id, text in build.pack_texts or []
+                    if pack_id in by_id
+                ],
+                "total": total,
+            },
+            "reported": reported,
+            "ratio": (reported / build.final_tokens) if reported and build.final_tokens else None,
+            "usage": build.reported_usage,
+            "inspector": inspector_url(cluster.id, build.agent_id),
+        },
+    )

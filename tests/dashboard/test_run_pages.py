@@ -1,0 +1,187 @@
+"""The pages of running clusters: agents at work, tasks, recorded builds, start and stop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from context.models import ContextBuild
+from context.services.templates import templates_load_builtin
+from ledger.interfaces import MessageDraft, cluster_create, cluster_get, message_publish
+from runs.models import Task
+from runs.services import task_claim, task_complete
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+XSS = "<script>window.__xss=1</script>"
+
+
+@pytest.fixture
+def operator() -> Client:
+    user = get_user_model().objects.create_user("op", password="pw-for-tests-1", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def worker(agent_id: str = "worker", topic: str = "GO") -> dict[str, Any]:
+    return {
+        "id": agent_id,
+        "role": "implementation",
+        "prompt": "Work.",
+        "triggers": [{"topic": topic}],
+        "contextStrategy": {"sources": [{"topic": topic}]},
+    }
+
+
+def running(*agents: dict[str, Any]) -> str:
+    return cluster_create(cluster_id="run-1", config={"agents": list(agents)}, state="running").id
+
+
+def go(cluster_id: str, text: str = "go") -> None:
+    message_publish(
+        cluster_id=cluster_id,
+        draft=MessageDraft(topic="GO", sender="system", content={"text": text}),
+    )
+
+
+def test_the_agents_panel_shows_who_runs_and_what_waits(operator: Client) -> None:
+    # given a worker running its first task with two more triggers waiting, and an idle agent
+    cid = running(worker(), worker("reviewer", "REVIEW"))
+    for _ in range(3):
+        go(cid)
+    task_claim(worker="box-1")
+    # when the operator looks at the cluster (and the panel refreshes on its own)
+    page = operator.get(f"/clusters/{cid}/").content.decode()
+    panel = operator.get(f"/clusters/{cid}/agents-panel/").content.decode()
+    # then the worker runs task #1 on box-1 with 2 waiting; the reviewer is idle
+    for html in (page, panel):
+        assert 'class="agent agent-running"' in html
+        assert "task #1" in html
+        assert "box-1" in html
+        assert "2 waiting" in html
+        assert 'class="agent agent-idle"' in html
+    # the panel keeps refreshing while the cluster runs, and brings the state with it
+    assert 'hx-trigger="every 1500ms"' in panel
+    assert 'id="run-controls" class="run-controls" hx-swap-oob="true"' in panel
+
+
+def test_the_agents_panel_query_count_is_pinned(
+    operator: Client, django_assert_num_queries: Any
+) -> None:
+    cid = running(worker(), worker("reviewer", "REVIEW"))
+    for _ in range(5):
+        go(cid)
+    # session, user, cluster, open tasks, finished tasks, latest builds
+    with django_assert_num_queries(6):
+        operator.get(f"/clusters/{cid}/agents-panel/")
+
+
+def test_a_cluster_is_started_from_a_template_with_an_issue(operator: Client) -> None:
+    # given the built-in templates
+    templates_load_builtin()
+    listing = operator.get("/").content.decode()
+    assert 'id="launch-form"' in listing
+    assert '<option value="worker-validator">' in listing
+    # when the operator starts one with an issue
+    response = operator.post(
+        "/launch/", {"template": "worker-validator", "title": "Login", "text": "Add a button"}
+    )
+    # then the new cluster runs, its worker has a task, and the page shows it
+    assert response.status_code == 302
+    cid = response["Location"].strip("/").split("/")[-1]
+    assert cluster_get(cluster_id=cid).state == "running"
+    assert Task.objects.get(cluster_id=cid).agent_id == "worker"
+    page = operator.get(response["Location"]).content.decode()
+    assert "state-running" in page
+    assert "Stop</button>" in page
+
+
+def test_a_bad_start_says_why_and_creates_nothing(operator: Client) -> None:
+    templates_load_builtin()
+
+    response = operator.post("/launch/", {"template": "nope", "text": ""})
+
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "Select a valid choice" in html
+    assert "This field is required" in html
+    assert Task.objects.count() == 0
+
+
+def test_start_and_stop_from_the_cluster_page(operator: Client) -> None:
+    cid = cluster_create(cluster_id="s-1", config={"agents": [worker("w", "ISSUE_OPENED")]}).id
+    assert "Start this cluster" in operator.get(f"/clusters/{cid}/").content.decode()
+
+    started = operator.post(f"/clusters/{cid}/start/", {"title": "T", "text": "Do it"})
+    assert started.status_code == 302
+    assert cluster_get(cluster_id=cid).state == "running"
+    again = operator.post(f"/clusters/{cid}/start/", {"text": "Again"})
+    assert "run_error=" in again["Location"]
+    assert "already has its issue" in operator.get(again["Location"]).content.decode()
+
+    stopped = operator.post(f"/clusters/{cid}/stop/")
+    assert stopped.status_code == 302
+    assert cluster_get(cluster_id=cid).state == "stopped"
+    assert Task.objects.get().state == "cancelled"
+
+
+def test_start_and_stop_need_a_signed_in_operator_and_a_post(operator: Client) -> None:
+    cid = running(worker())
+    assert Client().post(f"/clusters/{cid}/stop/").status_code == 302  # to the login page
+    assert cluster_get(cluster_id=cid).state == "running"
+    assert operator.get(f"/clusters/{cid}/stop/").status_code == 405
+
+
+def test_the_tasks_page_lists_durations_attempts_workers_and_builds(operator: Client) -> None:
+    # given a completed task and a failed one whose error holds agent text
+    cid = running(worker())
+    go(cid)
+    claimed = task_claim(worker="box-1")
+    assert claimed is not None
+    task_complete(
+        task_id=claimed.task.id,
+        lease_id=claimed.task.lease_id,
+        result={},
+        usage={"inputTokens": 321, "outputTokens": 10},
+    )
+    go(cid)
+    Task.objects.filter(state="queued").update(state="failed", error=f"agent said {XSS}")
+    # when the operator opens the tasks tab
+    html = operator.get(f"/clusters/{cid}/tasks/").content.decode()
+    # then both are there, newest first, with the build of the first and its billed tokens
+    assert html.index("task-failed") < html.index("task-completed")
+    assert f'href="/clusters/{cid}/builds/{claimed.task.build_id}/"' in html
+    assert "321 billed" in html
+    assert "box-1" in html
+    assert "&lt;script&gt;" in html
+    assert XSS not in html
+    only_failed = operator.get(f"/clusters/{cid}/tasks/", {"state": "failed"}).content.decode()
+    assert "task-completed" not in only_failed
+
+
+def test_the_build_page_shows_estimated_and_billed_tokens(operator: Client) -> None:
+    cid = running(worker())
+    go(cid, text=f"fix {XSS}")
+    claimed = task_claim(worker="box-1")
+    assert claimed is not None
+    task_complete(
+        task_id=claimed.task.id,
+        lease_id=claimed.task.lease_id,
+        result={},
+        usage={"inputTokens": 4000, "outputTokens": 12, "model": "m-1"},
+    )
+    build = ContextBuild.objects.get()
+
+    html = operator.get(f"/clusters/{cid}/builds/{build.id}/").content.decode()
+
+    assert f"{build.final_tokens:,}" in html
+    assert "4,000" in html
+    assert "m-1" in html
+    assert f"{4000 / build.final_tokens:.2f}\u00d7" in html
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
+    assert XSS not in html
+    assert operator.get(f"/clusters/{cid}/builds/999999/").status_code == 404
