@@ -74,6 +74,8 @@ class BuildLike(Protocol):
     def final_tokens(self) -> int: ...
     @property
     def metrics(self) -> dict[str, Any]: ...
+    @property
+    def reported_input_tokens(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,8 @@ class BuildPoint:
     truncated: bool
     counts: tuple[int, int, int, int]  # packs full, compact, truncated, skipped (budget/guard)
     trigger: str
+    # Input tokens the model billed for this prompt, when the build's task reported usage.
+    billed: int | None = None
 
     @property
     def when(self) -> str:
@@ -151,6 +155,7 @@ def build_point(build: BuildLike) -> BuildPoint:
         truncated=bool(truncation.get("applied")),
         counts=(counts["full"], counts["compact"], counts["truncated"], counts["skipped"]),
         trigger=str(metrics.get("triggeredBy") or ""),
+        billed=build.reported_input_tokens,
     )
 
 
@@ -247,6 +252,9 @@ class AgentStats:
     over_builds: int
     truncated_builds: int
     compact_builds: int
+    # Billed input tokens over the estimate, the median of the builds whose usage was reported.
+    billed_ratio: float | None = None
+    billed_builds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +439,7 @@ def agent_chart(agent_id: str, builds: Sequence[BuildLike], *, role: str = "") -
 
 
 def _stats(points: Sequence[BuildPoint]) -> AgentStats:
+    ratios = [p.billed / p.tokens for p in points if p.billed and p.tokens]
     return AgentStats(
         builds=len(points),
         latest=points[-1],
@@ -439,6 +448,8 @@ def _stats(points: Sequence[BuildPoint]) -> AgentStats:
         over_builds=sum(1 for p in points if p.over),
         truncated_builds=sum(1 for p in points if p.truncated),
         compact_builds=sum(1 for p in points if p.counts[1]),
+        billed_ratio=statistics.median(ratios) if ratios else None,
+        billed_builds=len(ratios),
     )
 
 

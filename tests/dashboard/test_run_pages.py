@@ -185,3 +185,25 @@ def test_the_build_page_shows_estimated_and_billed_tokens(operator: Client) -> N
     assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
     assert XSS not in html
     assert operator.get(f"/clusters/{cid}/builds/999999/").status_code == 404
+
+
+def test_the_metrics_page_keeps_each_agents_billed_over_estimated_ratio(operator: Client) -> None:
+    # given two tasks of the worker whose agent reported what the model billed
+    cid = running(worker())
+    for billed in (3000, 5000):
+        go(cid)
+        claimed = task_claim(worker="box-1")
+        assert claimed is not None
+        task_complete(
+            task_id=claimed.task.id,
+            lease_id=claimed.task.lease_id,
+            result={},
+            usage={"inputTokens": billed, "outputTokens": 1},
+        )
+    estimates = list(ContextBuild.objects.order_by("id").values_list("final_tokens", flat=True))
+    ratios = sorted(billed / tokens for billed, tokens in zip((3000, 5000), estimates, strict=True))
+    # when the operator opens the metrics, then the worker's row has the median ratio
+    html = operator.get(f"/clusters/{cid}/metrics/").content.decode()
+    assert "Billed / estimated" in html
+    assert f"{(ratios[0] + ratios[1]) / 2:.2f}\u00d7" in html
+    assert "of 2</span>" in html
