@@ -11,6 +11,7 @@ from dashboard.templatetags.dashboard_ui import inspector_url
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ClusterState
 from runs import selectors as tasks
+from runs.dispatch import VALIDATOR_ROLE, has_completion_handler
 
 # The agents panel looks again this often while the cluster runs (ms).
 AGENTS_REFRESH_MS = 1500
@@ -88,3 +89,22 @@ def agents_context(cluster: ClusterRecord) -> dict[str, Any]:
         "refresh_ms": AGENTS_REFRESH_MS,
         "now_ms": ledger.now_ms(),
     }
+
+
+def completion_of(agents: list[dict[str, Any]]) -> str:
+    """How the cluster ends, in words: by its own config, or by the built-in rule."""
+    if not agents:
+        return ""
+    if has_completion_handler(agents):
+        return (
+            "Ends when one of its agents publishes CLUSTER_COMPLETE "
+            "(a stop_cluster trigger or a hook)."
+        )
+    validators = [str(a.get("id")) for a in agents if a.get("role") == VALIDATOR_ROLE]
+    if not validators:
+        return "Nothing in its config ends it: an operator stops it, or it fails."
+    return (
+        "Ends by the built-in rule: CLUSTER_COMPLETE once the newest VALIDATION_RESULT of "
+        + ", ".join(validators)
+        + " approves the newest IMPLEMENTATION_READY."
+    )

@@ -19,7 +19,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from context.selectors import BuildRecord, build_latest_by_agent
 from context.services.templates import template_list
-from dashboard.activity import agents_context, usage_of
+from dashboard.activity import agents_context, completion_of, usage_of
 from dashboard.consumers import count_html, snapshot_html, timeline_rows_html
 from dashboard.forms import ClusterListForm, LaunchForm, TimelineForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region
@@ -258,6 +258,7 @@ def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> di
         **panel,
         "snapshot": snapshot_latest(cluster_id=cluster.id),
         "topology": topology(cluster.agents),
+        "completion": completion_of(cluster.agents),
         "metrics_url": reverse("dashboard:metrics", kwargs={"cluster_id": cluster.id}),
         "tones": range(TOPIC_TONES),
         "node_w": NODE_W,

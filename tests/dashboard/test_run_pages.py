@@ -207,3 +207,22 @@ def test_the_metrics_page_keeps_each_agents_billed_over_estimated_ratio(operator
     assert "Billed / estimated" in html
     assert f"{(ratios[0] + ratios[1]) / 2:.2f}\u00d7" in html
     assert "of 2</span>" in html
+
+
+def test_the_topology_says_how_the_cluster_ends(operator: Client) -> None:
+    templates_load_builtin()
+    from context.services.templates import cluster_create_from_template
+
+    own = cluster_create_from_template(template_name="worker-validator", params={}).id
+    validator = {
+        "id": "checker",
+        "role": "validator",
+        "prompt": "Check.",
+        "triggers": [{"topic": "IMPLEMENTATION_READY"}],
+    }
+    builtin = cluster_create(cluster_id="rule", config={"agents": [worker(), validator]}).id
+
+    assert "stop_cluster trigger" in operator.get(f"/clusters/{own}/").content.decode()
+    html = operator.get(f"/clusters/{builtin}/").content.decode()
+    assert "built-in rule" in html
+    assert "VALIDATION_RESULT of checker approves" in html
