@@ -106,3 +106,8 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             MessageRecord.from_wire(wire), with_row=self._wanted(wire)
         )
         await self.send(text_data=html)
+
+    async def ledger_messages(self, event: dict[str, Any]) -> None:
+        """A coalesced push (the ledger's push loop): each message as if pushed alone."""
+        for wire in event["messages"]:
+            await self.ledger_message({"message": wire})

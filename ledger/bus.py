@@ -8,7 +8,8 @@ This module is the only caller of the channel layer. Services write inside
   cluster, so the queue holds messages in the order their transactions committed;
 - subscribers that take every message run before topic subscribers;
 - a subscriber that raises is logged and changes nothing for the publisher or the others;
-- each message is pushed to the cluster's channel group; a dead channel layer is logged too.
+- each batch is handed to the live push (``ledger/push.py``), which sends it to the cluster's
+  channel group without the publisher waiting; a dead channel layer is logged there.
 """
 
 from __future__ import annotations
@@ -22,25 +23,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 
+from ledger.push import pusher
 from ledger.records import MessageRecord
 
 logger = logging.getLogger(__name__)
 
 Subscriber = Callable[[MessageRecord], None]
 BatchSubscriber = Callable[[tuple[MessageRecord, ...]], None]
-GROUP_EVENT_TYPE = "ledger.message"
 _LOCK_STRIPES = 64
-
-
-def cluster_group(cluster_id: str) -> str:
-    """The channel-layer group of a cluster; long ids are hashed to fit the layer's name limit."""
-    if len(cluster_id) <= 80:
-        return f"cluster.{cluster_id}"
-    return "cluster.h" + hashlib.sha256(cluster_id.encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +140,7 @@ class MessageBus:
                 except Exception:
                     logger.exception("bus batch subscriber %r failed", callback)
         if self.push_enabled:
-            self._push(batch)
+            pusher.push(batch)
 
     @staticmethod
     def _call(subscription: Subscription, message: MessageRecord) -> None:
@@ -161,26 +153,6 @@ class MessageBus:
                 message.cluster_id,
                 message.sequence,
             )
-
-    @staticmethod
-    def _push(batch: tuple[MessageRecord, ...]) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-
-        async def send_all() -> None:
-            for message in batch:
-                await layer.group_send(
-                    cluster_group(message.cluster_id),
-                    {"type": GROUP_EVENT_TYPE, "message": message.to_wire()},
-                )
-
-        try:
-            # One hop into the event loop per batch: each hop costs a thread outside a loop.
-            async_to_sync(send_all)()
-        except Exception:
-            # Live pushes are hints (SPEC §1.4): clients resync with ``after``.
-            logger.exception("live push failed for cluster %s", batch[0].cluster_id)
 
 
 bus = MessageBus()

@@ -8,8 +8,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ledger.bus import cluster_group
 from ledger.keys import ApiKeyIdentity, api_key_authenticate
+from ledger.push import cluster_group
 from ledger.selectors import cluster_exists, message_tail
 from ledger.validation import INT64_MAX
 
@@ -131,3 +131,8 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if int(wire.get("sequence", 0)) <= self.resynced_up_to:
             return
         await self.send_json({"type": "message", "data": wire})
+
+    async def ledger_messages(self, event: dict[str, Any]) -> None:
+        """A coalesced push (``ledger/push.py``): the same frames, one per message."""
+        for wire in event["messages"]:
+            await self.ledger_message({"message": wire})

@@ -10,13 +10,14 @@ commands of every app check alike. Nothing here hands out a model instance.
 
 from __future__ import annotations
 
-from ledger.bus import Subscription, bus, cluster_group
+from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
+from ledger.push import cluster_group, pusher
 from ledger.records import JSON, ClusterRecord, MessageRecord, SearchHit, replay_allowed
 from ledger.schemas import (
     ANY_ERRORS,
@@ -138,6 +139,7 @@ __all__ = [
     "message_window",
     "now_ms",
     "pipeline",
+    "pusher",
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -15,7 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from ledger.pipeline import pipeline  # noqa: E402
+from ledger import interfaces as ledger  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
 
@@ -37,7 +38,8 @@ class PipelineStarter:
     """Starts the post-commit pipeline's worker with the first connection a server takes.
 
     A served process runs the pipeline from then on: its sweep catches up on whatever commits no
-    run has seen (a crash, another process). Importing this module starts nothing.
+    run has seen (a crash, another process). It also tells the live push which loop is the
+    server's (``ledger/push.py``). Importing this module starts nothing.
     """
 
     def __init__(self, app: Any) -> None:
@@ -47,8 +49,10 @@ class PipelineStarter:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if not self.started:
             self.started = True
+            # Live pushes from threads without a loop (the pipeline's) go to the server's loop.
+            ledger.pusher.serve_on(asyncio.get_running_loop())
             if settings.PIPELINE_MODE == "thread":
-                pipeline.start()
+                ledger.pipeline.start()
         await self.app(scope, receive, send)
 
 
