@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -29,6 +30,13 @@ from ledger.models import Cluster, ClusterState, Message
 from ledger.records import JSON, MessageRecord, event_of, replay_allowed
 from ledger.selectors import message_record
 from ledger.services.drafts import MessageDraft, drafts_check
+from ledger.services.statements import (
+    ClusterRow,
+    cluster_row_lock,
+    cluster_row_update,
+    json_param,
+    message_insert,
+)
 from ledger.validation import JsonValueError, json_encode_checked, text_problem, timestamp_problem
 
 STATE_BY_TOPIC = {"CLUSTER_COMPLETE": ClusterState.COMPLETED, "CLUSTER_FAILED": ClusterState.FAILED}
@@ -66,13 +74,9 @@ def cluster_transaction(cluster_id: str, *, new: Cluster | None = None) -> Itera
     """
     with bus.ordered_commit(cluster_id), transaction.atomic(durable=True):
         if new is not None:
-            cluster: Cluster | None = _cluster_insert(new)
+            cluster: ClusterRow | None = ClusterRow.of(_cluster_insert(new))
         else:
-            cluster = (
-                Cluster.objects.select_for_update().filter(pk=cluster_id).first()
-                if text_problem(cluster_id) is None
-                else None
-            )
+            cluster = cluster_row_lock(cluster_id) if text_problem(cluster_id) is None else None
         if cluster is None:
             raise NotFound(
                 f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id}
@@ -96,13 +100,13 @@ def _cluster_insert(cluster: Cluster) -> Cluster:
 class ClusterWriter:
     """Writes to one locked cluster; only ``cluster_transaction`` makes one."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterRow) -> None:
         self._cluster = cluster
         self._changed: set[str] = set()
 
     @property
     def cluster_id(self) -> str:
-        return self._cluster.pk
+        return self._cluster.id
 
     @property
     def last_sequence(self) -> int:
@@ -144,12 +148,16 @@ class ClusterWriter:
         self._ids_check(draft for _, draft, _ in plan.fresh)
         if plan.fresh:
             base = self._first_timestamp(plan.fresh, now=now)
-            rows = [
-                self._row(draft, body_hash, offset=offset, timestamp=base + offset)
-                for offset, (_, draft, body_hash) in enumerate(plan.fresh)
+            records = [
+                self._record(draft, offset=offset, timestamp=base + offset)
+                for offset, (_, draft, _) in enumerate(plan.fresh)
             ]
-            self._insert(rows)
-            records = [message_record(row, cluster_id=self.cluster_id) for row in rows]
+            message_insert(
+                [
+                    _row(record, draft, body_hash)
+                    for record, (_, draft, body_hash) in zip(records, plan.fresh, strict=True)
+                ]
+            )
             plan.fill(records)
             self._advance(records)
             bus.deliver_on_commit(records)
@@ -239,7 +247,7 @@ class ClusterWriter:
     def flush(self) -> None:
         """Write what changed on the cluster row (one UPDATE, or none)."""
         if self._changed:
-            self._cluster.save(update_fields=sorted(self._changed))
+            cluster_row_update(self._cluster, sorted(self._changed))
             self._changed.clear()
 
     # --- the steps of ``append`` ------------------------------------------------------------
@@ -253,10 +261,10 @@ class ClusterWriter:
         )
         return max(now, self._cluster.last_timestamp + 1, *requested)
 
-    def _row(self, draft: MessageDraft, body_hash: str, *, offset: int, timestamp: int) -> Message:
-        return Message(
-            cluster=self._cluster,
-            message_id=draft.id or f"msg_{secrets.token_hex(16)}",
+    def _record(self, draft: MessageDraft, *, offset: int, timestamp: int) -> MessageRecord:
+        return MessageRecord(
+            id=draft.id or f"msg_{secrets.token_hex(16)}",
+            cluster_id=self._cluster.id,
             sequence=self._cluster.last_sequence + offset + 1,
             timestamp=timestamp,
             topic=draft.topic,
@@ -264,12 +272,6 @@ class ClusterWriter:
             receiver=draft.receiver,
             content=draft.content,
             metadata=draft.metadata,
-            replayable=replay_allowed(
-                topic=draft.topic, content=draft.content, metadata=draft.metadata
-            ),
-            event=event_of(draft.content),
-            idempotency_key=draft.idempotency_key,
-            body_hash=body_hash,
         )
 
     def _ids_check(self, drafts: Iterable[MessageDraft]) -> None:
@@ -286,13 +288,9 @@ class ClusterWriter:
                 given.append(draft.id)
         if not given or self._cluster.last_sequence == 0:
             return
-        taken = Message.objects.filter(cluster=self._cluster, message_id__in=given).first()
+        taken = Message.objects.filter(cluster_id=self.cluster_id, message_id__in=given).first()
         if taken is not None:
             raise _id_taken(taken.message_id, cluster_id=self.cluster_id)
-
-    @staticmethod
-    def _insert(rows: list[Message]) -> None:
-        Message.objects.bulk_create(rows)
 
     def _advance(self, records: Sequence[MessageRecord]) -> None:
         """Move the cluster's sequence and clock past ``records``; ending topics move its state."""
@@ -312,10 +310,29 @@ class ClusterWriter:
         for start in range(0, len(ids), _LOOKUP_CHUNK):
             present.update(
                 Message.objects.filter(
-                    cluster=self._cluster, message_id__in=ids[start : start + _LOOKUP_CHUNK]
+                    cluster_id=self.cluster_id, message_id__in=ids[start : start + _LOOKUP_CHUNK]
                 ).values_list("message_id", flat=True)
             )
         return present
+
+
+def _row(record: MessageRecord, draft: MessageDraft, body_hash: str) -> tuple[Any, ...]:
+    """A published message's row, in ``MESSAGE_COLUMNS`` order."""
+    return (
+        record.cluster_id,
+        record.id,
+        record.sequence,
+        record.timestamp,
+        record.topic,
+        record.sender,
+        record.receiver,
+        json_param(record.content),
+        None if record.metadata is None else json_param(record.metadata),
+        replay_allowed(topic=record.topic, content=record.content, metadata=record.metadata),
+        event_of(record.content),
+        draft.idempotency_key,
+        body_hash,
+    )
 
 
 def _id_taken(message_id: str, *, cluster_id: str) -> Conflict:
@@ -335,12 +352,12 @@ class _IdempotencyPlan:
     first_index_by_key: dict[str, int]
 
     @classmethod
-    def make(cls, *, cluster: Cluster, drafts: Sequence[MessageDraft]) -> _IdempotencyPlan:
+    def make(cls, *, cluster: ClusterRow, drafts: Sequence[MessageDraft]) -> _IdempotencyPlan:
         keys = {d.idempotency_key for d in drafts if d.idempotency_key is not None}
         stored = (
             {
                 m.idempotency_key: m
-                for m in Message.objects.filter(cluster=cluster, idempotency_key__in=keys)
+                for m in Message.objects.filter(cluster_id=cluster.id, idempotency_key__in=keys)
             }
             if keys
             else {}
@@ -358,7 +375,7 @@ class _IdempotencyPlan:
                         f"idempotency key {key!r} was already used with a different message",
                         details={"idempotency_key": key, "index": index},
                     )
-                plan.found[index] = message_record(previous, cluster_id=cluster.pk)
+                plan.found[index] = message_record(previous, cluster_id=cluster.id)
             elif key in seen_hash:
                 if seen_hash[key] != body_hash:
                     raise Conflict(
