@@ -5,8 +5,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
 from django.http import HttpRequest
 
 from ledger.errors import Forbidden, InvalidInput, NotFound
@@ -58,15 +62,40 @@ def api_key_create(*, name: str, cluster_id: str | None = None) -> tuple[ApiKeyI
 
 
 def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
-    """The identity behind a presented key, or ``None`` (one indexed query)."""
+    """The identity behind a presented key, or ``None``.
+
+    A key found in the database is trusted for ``API_KEY_CACHE_SECONDS`` without asking again
+    (one indexed query per key and period, not per request): a key deleted in another process
+    stops working within that time, one deleted in this process at once.
+    """
     parts = plain.split("_", 2)
     # A prefix that could never have been stored is no key, and must not reach the database.
     if len(parts) != 3 or parts[0] != KEY_PREFIX or text_problem(parts[1]) is not None:
         return None
+    digest = _digest(plain)
+    now = time.monotonic()
+    if (known := _verified.get(digest)) is not None and known[0] > now:
+        return known[1]
     key = ApiKey.objects.filter(prefix=parts[1]).first()
-    if key is None or not hmac.compare_digest(key.key_hash, _digest(plain)):
+    if key is None or not hmac.compare_digest(key.key_hash, digest):
         return None
-    return ApiKeyIdentity(id=key.pk, name=key.name, cluster_id=key.cluster_id, prefix=key.prefix)
+    identity = ApiKeyIdentity(
+        id=key.pk, name=key.name, cluster_id=key.cluster_id, prefix=key.prefix
+    )
+    if len(_verified) >= _VERIFIED_MAX:
+        _verified.clear()
+    _verified[digest] = (now + settings.API_KEY_CACHE_SECONDS, identity)
+    return identity
+
+
+# Keys verified lately, by digest: (trusted until, on the monotonic clock; identity).
+_verified: dict[str, tuple[float, ApiKeyIdentity]] = {}
+_VERIFIED_MAX = 10_000
+
+
+@receiver(post_delete, sender=ApiKey)
+def _forget_deleted_key(sender: type[ApiKey], instance: ApiKey, **kwargs: object) -> None:
+    _verified.pop(instance.key_hash, None)
 
 
 def require_cluster(request: HttpRequest, cluster_id: str) -> None:

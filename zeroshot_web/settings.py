@@ -272,6 +272,9 @@ RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.
 # bytes counted as they arrive) before anything reads or parses it (zeroshot_web/limits.py).
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+# Seconds a verified API key is trusted without asking the database again: a key deleted in
+# another process stops working within this time (one deleted in the same process at once).
+API_KEY_CACHE_SECONDS = float(os.environ.get("API_KEY_CACHE_SECONDS", 5.0))
 # Requests per API key on the agent API, as "N/s", "N/m" or "N/h"; empty turns the limit off.
 # Per minute, so that bursts of a busy agent pass while a runaway loop is stopped in seconds.
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "3000/m").strip() or None
