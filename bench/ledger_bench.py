@@ -256,10 +256,16 @@ def stored_rows(cluster_id: str) -> list[tuple[Any, ...]]:
 
 
 def raw_schema(source: sqlite3.Connection) -> list[str]:
-    """The CREATE statements of Django's cluster and message tables and all their indexes."""
+    """The CREATE statements of Django's cluster and message tables, all their indexes, and the
+    full-text search table with the view and triggers that keep it (ledger/search.py)."""
     rows = source.execute(
-        "SELECT sql FROM sqlite_master WHERE tbl_name IN ('ledger_cluster', 'ledger_message') "
-        "AND sql IS NOT NULL ORDER BY type = 'index', name"
+        "SELECT sql FROM sqlite_master WHERE tbl_name IN "
+        "('ledger_cluster', 'ledger_message', 'ledger_message_search', 'ledger_message_text') "
+        "AND sql IS NOT NULL "
+        # FTS5 creates its own shadow tables (ledger_message_search_data, …).
+        "AND NOT (type = 'table' AND name LIKE 'ledger\\_message\\_search\\_%' ESCAPE '\\') "
+        "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'view' THEN 1 WHEN 'index' THEN 2 ELSE 3 END, "
+        "name"
     ).fetchall()
     return [sql for (sql,) in rows]
 
