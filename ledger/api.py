@@ -20,6 +20,7 @@ from ledger.schemas import (
     MessageQueryIn,
     error_responses,
 )
+from ledger.threads import in_database
 
 # Publishing: everything that can go wrong with a body on a cluster, and a stored id or key.
 PUBLISH_ERRORS = error_responses(*READ_ERRORS, *BODY_ERRORS, 409)
@@ -33,9 +34,13 @@ router = Router(tags=["ledger"])
     summary="Publish one message",
     exclude_unset=True,
 )
-def messages_publish(request: HttpRequest, cluster_id: str, payload: MessageIn) -> Status[Any]:
+async def messages_publish(
+    request: HttpRequest, cluster_id: str, payload: MessageIn
+) -> Status[Any]:
     require_cluster(request, cluster_id)
-    record = services.message_publish(cluster_id=cluster_id, draft=payload.draft())
+    record = await in_database(services.message_publish)(
+        cluster_id=cluster_id, draft=payload.draft()
+    )
     return Status(201, record.to_wire())
 
 
@@ -45,9 +50,11 @@ def messages_publish(request: HttpRequest, cluster_id: str, payload: MessageIn) 
     summary="Publish messages atomically",
     exclude_unset=True,
 )
-def messages_publish_batch(request: HttpRequest, cluster_id: str, payload: BatchIn) -> Status[Any]:
+async def messages_publish_batch(
+    request: HttpRequest, cluster_id: str, payload: BatchIn
+) -> Status[Any]:
     require_cluster(request, cluster_id)
-    records = services.message_publish_batch(
+    records = await in_database(services.message_publish_batch)(
         cluster_id=cluster_id, drafts=[m.draft() for m in payload.messages]
     )
     return Status(201, [r.to_wire() for r in records])

@@ -45,6 +45,7 @@ class LiveServer:
             "PYTHONUNBUFFERED": "1",
             # As a production server runs it: in a worker thread, with its sweep.
             "ZEROSHOT_PIPELINE": "thread",
+            "ZEROSHOT_DATABASE_ON_REQUEST_THREAD": "0",
             **(env or {}),
         }
         self.env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)

@@ -143,7 +143,20 @@ def _database() -> dict[str, Any]:
     else:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         config = {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "zeroshot.sqlite3"}
+    if config["ENGINE"] == "django.db.backends.postgresql":
+        # Django's native psycopg pool: a request's thread borrows a connection and gives it
+        # back when the request ends, instead of connecting (a few ms) each time.
+        config["OPTIONS"] = {
+            "pool": {
+                "min_size": env_int("DATABASE_POOL_MIN", 2),
+                "max_size": env_int("DATABASE_POOL_MAX", 20),
+                "timeout": 10,
+            }
+        }
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        # Connections live as long as their thread: the publish endpoints' database threads
+        # keep theirs (ledger/threads.py); a request's own thread ends with its request.
+        config["CONN_MAX_AGE"] = None
         # STYLE.md rule 9: writers queue behind one lock instead of failing with "locked".
         config["OPTIONS"] = {
             "transaction_mode": "IMMEDIATE",
@@ -272,6 +285,9 @@ RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.
 # bytes counted as they arrive) before anything reads or parses it (zeroshot_web/limits.py).
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+# Where async views (the publish endpoints) do their database work: on long-lived threads that
+# keep their connection (ledger/threads.py), unless this is set (the test suite).
+DATABASE_WORK_ON_REQUEST_THREAD = False
 # Seconds a verified API key is trusted without asking the database again: a key deleted in
 # another process stops working within this time (one deleted in the same process at once).
 API_KEY_CACHE_SECONDS = float(os.environ.get("API_KEY_CACHE_SECONDS", 5.0))

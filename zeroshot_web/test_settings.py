@@ -18,3 +18,11 @@ API_RATE_LIMIT = None
 # no worker thread starts when a test module imports the ASGI application. A server or script
 # a test starts in a subprocess may ask for another mode.
 PIPELINE_MODE = os.environ.get("ZEROSHOT_PIPELINE", "inline")
+# A test's data lives in its own open transaction, on its own thread's connection: async views
+# do their database work on the request's thread, where Django's test client runs it, not on
+# the server's long-lived database threads (ledger/threads.py). Servers a test starts in a
+# subprocess run as in production.
+DATABASE_WORK_ON_REQUEST_THREAD = os.environ.get("ZEROSHOT_DATABASE_ON_REQUEST_THREAD", "1") == "1"
+# Keys are looked up on every request, so that the pinned query counts do not depend on which
+# request of a test came first; tests/ledger/test_keys.py turns the cache on.
+API_KEY_CACHE_SECONDS = 0.0
