@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from django.db import connection
 
@@ -28,3 +30,47 @@ def test_postgres_is_used_when_database_url_says_so() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         assert cursor.fetchone()[0]
+
+
+def test_postgres_connections_come_from_djangos_psycopg_pool() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL run only")
+
+    connection.ensure_connection()
+    assert connection.settings_dict["OPTIONS"]["pool"]["max_size"] >= 4
+    assert connection.pool is not None
+    assert connection.pool.get_stats()["pool_size"] >= 1
+
+
+def test_a_publish_is_three_statements_whatever_the_ledger_holds(cluster: str) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    from ledger.services import MessageDraft, message_publish, message_publish_batch
+
+    def statements(publish: Callable[[], object]) -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            publish()
+        # The test's own transaction turns the publish's into a savepoint: not the publish's.
+        # An executemany is logged as "N times: INSERT ...".
+        return [
+            q["sql"].split(" times: ")[-1].split()[0]
+            for q in captured.captured_queries
+            if "SAVEPOINT" not in q["sql"]
+        ]
+
+    message_publish_batch(
+        cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="s") for _ in range(200)]
+    )
+    # lock and read the cluster's row, insert, move the row
+    one = MessageDraft(topic="T", sender="s")
+    assert statements(lambda: message_publish(cluster_id=cluster, draft=one)) == [
+        "SELECT",
+        "INSERT",
+        "UPDATE",
+    ]
+    hundred = [MessageDraft(topic="T", sender="s") for _ in range(100)]
+    assert statements(lambda: message_publish_batch(cluster_id=cluster, drafts=hundred)) == [
+        "SELECT",
+        "INSERT",  # one executemany
+        "UPDATE",
+    ]
