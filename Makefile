@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-## Set up, fill an embedded SQLite database with demo data, serve the dashboard on :8000, and
-## run scripted demo agents beside it (press Start on a template to watch a cluster run).
+## Set up, fill an embedded SQLite database with demo data, serve the dashboard on :8000 with
+## daphne (as in production), and run scripted demo agents beside it (press Start on a template
+## to watch a cluster run).
 run: export DJANGO_DEBUG = 1
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -26,7 +27,7 @@ run: $(STAMP)
 	(sleep 3; exec $(PY) manage.py run_agents --url http://$(HOST):$(PORT) --provider scripted \
 	    --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
 	trap 'kill $$! 2>/dev/null' EXIT INT TERM; \
-	$(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) -m daphne -b $(HOST) -p $(PORT) zeroshot_web.asgi:application
 
 ## Set up and run the whole suite: lint, then SQLite (with the browser), then PostgreSQL + Redis.
 test: $(STAMP) chromium lint test-sqlite test-postgres
