@@ -133,5 +133,5 @@ def _insert_sql(vendor: str) -> tuple[str, tuple[Any, ...]]:
 
 def _column(model: type[Cluster] | type[Message], name: str) -> str:
     field = model._meta.get_field(name)
-    assert isinstance(field, Field) and field.column is not None
-    return field.column
+    assert isinstance(field, Field)
+    return str(field.column)
