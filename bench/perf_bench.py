@@ -1,7 +1,7 @@
 """The publish path, the context build, the import and the cluster page against their goals.
 
-Usage: ``.venv/bin/python bench/perf_bench.py [--quick] [--only ROW[,ROW]] [--postgres URL
---redis URL] [--zeroshot PATH --reference DIR]`` (see bench/README.md).
+Usage: ``.venv/bin/python bench/perf_bench.py [--quick] [--rounds N] [--only ROW[,ROW]]
+[--postgres URL --redis URL] [--zeroshot PATH --reference DIR]`` (see bench/README.md).
 
 Every row of the table is measured in one run, the rows interleaved round by round (three
 rounds; ``--quick``: one, smaller), with the state snapshotter and the live push on as a server
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -858,9 +858,12 @@ def main() -> None:
         default=os.environ.get("ZEROSHOT_BENCH_REFERENCE") or None,
         help="the folder of gen_ledger.py and zs_driver.js (or $ZEROSHOT_BENCH_REFERENCE)",
     )
+    parser.add_argument("--rounds", type=int, help="rounds (default: 3; --quick: 1)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
+    if args.rounds:
+        sizes = replace(sizes, rounds=args.rounds)
     rows = parse_only(args.only)
     notes: list[str] = []
     if args.postgres and not args.redis:
