@@ -47,8 +47,11 @@ test-postgres: $(STAMP)
 chromium:
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 
-## Benchmarks (never part of the suite); figures in bench/results/.
+## Benchmarks (never part of the suite); figures in bench/results/. perf_bench.py takes its
+## PostgreSQL, Redis and zeroshot checkout from PERF_ARGS (see bench/README.md).
+PERF_ARGS ?=
 bench: $(STAMP)
+	$(PY) bench/perf_bench.py $(PERF_ARGS)
 	$(PY) bench/ledger_bench.py
 	$(PY) bench/context_bench.py
 	$(PY) bench/runner_bench.py
