@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 
 from ledger.records import MessageRecord
-from ledger.services.drafts import MessageDraft
+from ledger.services.drafts import MessageDraft, drafts_check
 from ledger.services.writer import cluster_transaction
 
 
@@ -17,13 +17,18 @@ def now_ms() -> int:
 
 def message_publish(*, cluster_id: str, draft: MessageDraft) -> MessageRecord:
     """Store one message and deliver it after commit; an idempotent retry returns the original."""
+    now = now_ms()
+    # Checked before the cluster's lock is taken: other publishers wait for less.
+    drafts_check([draft], single=True, now=now)
     with cluster_transaction(cluster_id) as writer:
-        return writer.append([draft], now=now_ms(), single=True)[0]
+        return writer.append([draft], now=now, single=True, checked=True)[0]
 
 
 def message_publish_batch(
     *, cluster_id: str, drafts: Sequence[MessageDraft]
 ) -> list[MessageRecord]:
     """Store messages all or nothing, consecutive and 1 ms apart; deliver them after commit."""
+    now = now_ms()
+    drafts_check(drafts, now=now)
     with cluster_transaction(cluster_id) as writer:
-        return writer.append(drafts, now=now_ms())
+        return writer.append(drafts, now=now, checked=True)
