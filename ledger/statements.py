@@ -92,6 +92,8 @@ def _message_select(vendor: str, terms: tuple[Term, ...], newest_first: bool, li
 def _newest_of_each(vendor: str, terms: tuple[Term, ...], count: int) -> str:
     """The newest message of each of ``count`` topics, as one statement of ``count`` seeks."""
     one = _message_select(vendor, (("topic", "="), *terms), True, True)
+    if count == 1:
+        return one
     return " UNION ALL ".join(f"SELECT * FROM ({one}) AS newest_{i}" for i in range(count))
 
 
