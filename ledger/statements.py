@@ -1,11 +1,12 @@
 """Prebuilt SQL for the reads a context build makes on every call (``ledger.selectors``).
 
 A build reads a handful of query shapes: one cluster, the newest message of a few topics, and
-per source one topic (maybe one sender) from a timestamp, newest or oldest N. Building those
-through the ORM cost six times what the database spends running them, so the SQL of each shape
-is written once, from the models' own table and column names, and run through a plain cursor
-with parameters: the same statement, and the same results, on SQLite and PostgreSQL. Each one
-is a seek on an index of ``Message`` (``tests/ledger/test_statements.py`` reads SQLite's plans).
+per source one topic (maybe one sender) from a timestamp, newest or oldest N. Compiling those
+through the ORM took six times as long as the database took to run them, so the SQL of each
+shape is written once, from the models' own table and column names, and run through a plain
+cursor with parameters: the same statement, and the same results, on SQLite and PostgreSQL.
+Each one is a seek on an index of ``Message`` (``tests/ledger/test_statements.py`` reads
+SQLite's plans; docs/decisions/0024-prebuilt-statements-for-builds.md).
 """
 
 from __future__ import annotations
