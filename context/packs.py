@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -111,7 +112,30 @@ def render_instructions(prompt: Any, *, iteration: int = 1) -> str:
 
 
 def render_output_schema(schema: Mapping[str, Any]) -> str:
-    """Render the agent's output JSON schema and an example object derived from it."""
+    """Render the agent's output JSON schema and an example object derived from it.
+
+    An agent's schema is the same at every one of its builds, and its text is the costliest of
+    the fixed packs: the text is kept per schema, keyed by the schema's JSON (which differs for
+    any two JSON values that render differently).
+    """
+    try:
+        key = json.dumps(schema)
+    except (TypeError, ValueError):
+        return _output_schema_text(schema)
+    text = _SCHEMA_TEXTS.get(key)
+    if text is None:
+        text = _output_schema_text(schema)
+        if len(_SCHEMA_TEXTS) >= _SCHEMA_TEXTS_MAX:
+            _SCHEMA_TEXTS.clear()
+        _SCHEMA_TEXTS[key] = text
+    return text
+
+
+_SCHEMA_TEXTS: dict[str, str] = {}
+_SCHEMA_TEXTS_MAX = 256
+
+
+def _output_schema_text(schema: Mapping[str, Any]) -> str:
     return (
         "## Output format\n\n"
         "Reply with one JSON object and nothing else, no text before or after it."

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import Max, Subquery
 
 from context.budget import PackDecision
@@ -108,3 +110,44 @@ def build_latest_by_agent(*, cluster_ids: list[str]) -> dict[tuple[str, str], Bu
     )
     builds = ContextBuild.objects.filter(pk__in=Subquery(newest_ids)).defer("pack_texts")
     return {(b.cluster_id, b.agent_id): _record(b, with_texts=False) for b in builds}
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousBuild:
+    """What the next build of an agent needs of its previous one (SPEC §2.2)."""
+
+    started_at: int
+    iteration: int
+
+
+@cache
+def _previous_sql(vendor: str, *, until: bool) -> str:
+    """The newest build of an agent, latest id on a tie: one seek on ``build_agent_recent`` for
+    its ``started_at``, then the builds of that moment (the index ends with no id to order by,
+    so ``ORDER BY started_at DESC, id DESC`` would sort)."""
+    del vendor  # part of the cache key only: the quoting is the connection's
+    q = connection.ops.quote_name
+    columns = {f.name: q(f.column) for f in ContextBuild._meta.concrete_fields}
+    table = q(ContextBuild._meta.db_table)
+    agent = f"{columns['cluster']} = %s AND {columns['agent_id']} = %s"
+    bound = f" AND {columns['started_at']} <= %s" if until else ""
+    newest = f"SELECT MAX({columns['started_at']}) FROM {table} WHERE {agent}{bound}"
+    return (
+        f"SELECT {columns['started_at']}, {columns['iteration']} FROM {table} "
+        f"WHERE {agent} AND {columns['started_at']} = ({newest}) "
+        f"ORDER BY {columns['id']} DESC LIMIT 1"
+    )
+
+
+def build_previous(*, cluster_id: str, agent_id: str, until: int | None) -> PreviousBuild | None:
+    """The agent's newest recorded build that started by ``until`` (any, without one).
+
+    A prebuilt statement, as the ledger's reads on a build's path are (``ledger.statements``).
+    """
+    params: list[Any] = [cluster_id, agent_id, cluster_id, agent_id]
+    if until is not None:
+        params.append(until)
+    with connection.cursor() as cursor:
+        cursor.execute(_previous_sql(connection.vendor, until=until is not None), params)
+        row = cursor.fetchone()
+    return PreviousBuild(started_at=row[0], iteration=row[1]) if row is not None else None

@@ -8,6 +8,7 @@ from typing import Literal
 
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
+from ledger import statements
 from ledger.errors import InvalidInput, NotFound
 from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter, filter_check
 from ledger.models import Cluster, Message
@@ -66,11 +67,11 @@ def _clusters() -> QuerySet[Cluster]:
 
 
 def cluster_get(*, cluster_id: str) -> ClusterRecord:
-    """One cluster, or ``NotFound``."""
-    cluster = _clusters().filter(pk=cluster_id).first() if storable(cluster_id) else None
+    """One cluster, or ``NotFound`` (one prebuilt statement: every build starts here)."""
+    cluster = statements.cluster_row(cluster_id=cluster_id) if storable(cluster_id) else None
     if cluster is None:
         raise NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
-    return cluster_record(cluster)
+    return cluster
 
 
 def cluster_exists(*, cluster_id: str) -> bool:
@@ -216,11 +217,16 @@ def message_select(
     """One context source's rows: a topic (and sender), newest or oldest first, LIMITed.
 
     Served by ``msg_context_topic`` / ``msg_context_topic_sender``: the cost follows the rows
-    returned, not the size of the ledger.
+    returned, not the size of the ledger. One prebuilt statement per shape of ``where``.
     """
-    messages = _messages(cluster_id=cluster_id, where=where)
-    return _in_order(
-        messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit, where=where
+    if not statements.preparable(where):
+        messages = _messages(cluster_id=cluster_id, where=where)
+        return _in_order(
+            messages, cluster_id=cluster_id, newest_first=newest_first, limit=limit, where=where
+        )
+    filter_check(where)
+    return statements.messages_in_order(
+        cluster_id=cluster_id, where=where, newest_first=newest_first, limit=limit
     )
 
 
@@ -229,21 +235,33 @@ def message_latest(
 ) -> MessageRecord | None:
     """The newest message of the cluster (or of some topics) that passes a filter.
 
-    With topics, one LIMIT 1 seek per topic: an ``IN`` over several topics cannot be read in
-    timestamp order from one index and would sort every matching row.
+    With topics, one statement of one LIMIT 1 seek per topic (``UNION ALL``): an ``IN`` over
+    several topics cannot be read in timestamp order from one index and would sort every
+    matching row.
     """
-
-    def newest_of(topic: str | None) -> MessageRecord | None:
-        narrowed = replace(where, topic=topic) if topic is not None else where
-        messages = _messages(cluster_id=cluster_id, where=narrowed)
-        found = _in_order(
-            messages, cluster_id=cluster_id, newest_first=True, limit=1, where=narrowed
-        )
-        return found[0] if found else None
-
     if not topics:
-        return newest_of(None)
-    candidates = [m for m in (newest_of(t) for t in dict.fromkeys(topics)) if m is not None]
+        found = message_select(cluster_id=cluster_id, where=where, newest_first=True, limit=1)
+        return found[0] if found else None
+    distinct = list(dict.fromkeys(topics))
+    narrowed = replace(where, topic=None)
+    if statements.preparable(narrowed):
+        filter_check(replace(where, topic=tuple(distinct)))
+        candidates = statements.newest_of_topics(
+            cluster_id=cluster_id, topics=distinct, where=narrowed
+        )
+    else:  # a search, whose words decide the order: one query per topic
+        candidates = [
+            found[0]
+            for topic in distinct
+            if (
+                found := message_select(
+                    cluster_id=cluster_id,
+                    where=replace(where, topic=topic),
+                    newest_first=True,
+                    limit=1,
+                )
+            )
+        ]
     return max(candidates, key=lambda m: (m.timestamp, m.sequence)) if candidates else None
 
 
@@ -263,14 +281,14 @@ def lifecycle_event_latest(
 
     One seek on the index ``msg_lifecycle_event``.
     """
-    filter_check(MessageFilter(sender=agent_id, until=until))
-    messages = Message.objects.filter(
-        cluster_id=cluster_id, sender=agent_id, event=event, topic="AGENT_LIFECYCLE"
+    where = MessageFilter(topic="AGENT_LIFECYCLE", sender=agent_id, until=until)
+    filter_check(where)
+    if text_problem(event) is not None:
+        return None
+    found = statements.messages_in_order(
+        cluster_id=cluster_id, where=where, newest_first=True, limit=1, event=event
     )
-    if until is not None:
-        messages = messages.filter(timestamp__lte=until)
-    newest = messages.order_by("-timestamp", "-sequence").first()
-    return message_record(newest, cluster_id=cluster_id) if newest is not None else None
+    return found[0] if found else None
 
 
 TIMELINE_PAGE = 100

@@ -28,6 +28,8 @@ from context.selection import (
     source_queries,
     validator_skip_query,
 )
+from context.selectors import PreviousBuild, build_previous
+from context.services.recording import build_insert
 from context.services.triggers import as_of_filter, trigger_choose, trigger_matches
 from context.strategy import ContextStrategy, strategy_parse
 from ledger import interfaces as ledger
@@ -136,13 +138,6 @@ def _contains(full: SelectionQuery, compact: SelectionQuery) -> bool:
     )
 
 
-def _previous_build(*, cluster_id: str, agent_id: str, as_of: MessageFilter) -> ContextBuild | None:
-    builds = ContextBuild.objects.filter(cluster_id=cluster_id, agent_id=agent_id)
-    if as_of.until is not None:
-        builds = builds.filter(started_at__lte=as_of.until)
-    return builds.order_by("-started_at", "-id").only("started_at", "iteration").first()
-
-
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """Everything a build has settled before it reads sources: who, as of when, on what."""
@@ -202,7 +197,7 @@ def context_build(
         inline=triggering_message,
         as_of=as_of,
     )
-    previous = _previous_build(cluster_id=cluster_id, agent_id=agent_id, as_of=as_of)
+    previous = build_previous(cluster_id=cluster_id, agent_id=agent_id, until=as_of.until)
     plan = _Plan(
         cluster=cluster,
         agent_id=agent_id,
@@ -229,8 +224,8 @@ def context_build(
         metrics_logger.info(metrics_line(outcome.metrics))
     if plan.preview:
         return outcome
-    build = _record(plan, outcome, record_with=record_with)
-    return replace(outcome, recorded=True, build_id=build.pk, started_at=build.started_at)
+    build_id, started_at = _record(plan, outcome, record_with=record_with)
+    return replace(outcome, recorded=True, build_id=build_id, started_at=started_at)
 
 
 def _check_numbers(
@@ -276,7 +271,7 @@ def _anchors(
     agent_id: str,
     strategy: ContextStrategy,
     as_of: MessageFilter,
-    previous: ContextBuild | None,
+    previous: PreviousBuild | None,
 ) -> SinceAnchors:
     """The moments the sources' keyword ``since`` values refer to (SPEC §2.2)."""
     task_end = None
@@ -375,18 +370,22 @@ def included_pack_texts(result: BudgetResult) -> list[list[str]]:
     return texts
 
 
-def _record(plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | None) -> ContextBuild:
+def _record(
+    plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | None
+) -> tuple[int, int]:
     """Store the build and move the cluster's clock past its start, in the ledger's write
-    transaction; with metrics-to-ledger on, its CONTEXT_METRICS message commits with it."""
+    transaction; with metrics-to-ledger on, its CONTEXT_METRICS message commits with it.
+    Returns the build's id and start."""
     with ledger.cluster_transaction(plan.cluster.id) as writer:
-        build = ContextBuild.objects.create(
+        # Strictly after everything the agent could have seen (SPEC §2.2).
+        started_at = max(ledger.now_ms(), writer.last_timestamp + 1)
+        build_id = build_insert(
             cluster_id=plan.cluster.id,
             agent_id=plan.agent_id,
             # The role is shown, never looked up: a longer one from a config is cut to fit.
             role=str(plan.agent.get("role") or "")[:ROLE_MAX],
             iteration=plan.iteration,
-            # Strictly after everything the agent could have seen (SPEC §2.2).
-            started_at=max(ledger.now_ms(), writer.last_timestamp + 1),
+            started_at=started_at,
             trigger_message_id=plan.trigger.id if plan.trigger.sequence else "",
             trigger_topic=plan.trigger.topic,
             max_tokens=plan.max_tokens,
@@ -394,7 +393,7 @@ def _record(plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | Non
             metrics=outcome.metrics,
             pack_texts=included_pack_texts(outcome.result),
         )
-        writer.clock_advance(build.started_at)
+        writer.clock_advance(started_at)
         if settings.CONTEXT_METRICS_LEDGER:
             draft = ledger.MessageDraft(
                 topic="CONTEXT_METRICS",
@@ -404,8 +403,8 @@ def _record(plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | Non
             )
             writer.append([draft], now=ledger.now_ms(), single=True)
         if record_with is not None:
-            record_with(writer, build.pk)
-    return build
+            record_with(writer, build_id)
+    return build_id, started_at
 
 
 def build_usage_record(*, build_id: int, usage: Mapping[str, Any]) -> None:

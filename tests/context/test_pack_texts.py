@@ -348,6 +348,27 @@ def test_the_output_schema_shows_the_schema_and_an_example() -> None:
     assert text.endswith("\n\n")
 
 
+def test_the_output_schema_text_follows_every_change_of_the_schema() -> None:
+    # given: schemas that differ only in a number's type, a key's order, a nested value
+    schemas = [
+        {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}},
+        {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1.5}}},
+        {"properties": {"n": {"type": "integer", "minimum": 1}}, "type": "object"},
+        {"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}},
+    ]
+
+    # when: each is rendered twice, the second time from the kept text
+    texts = [render_output_schema(schema) for schema in schemas]
+    again = [render_output_schema(json.loads(json.dumps(schema))) for schema in schemas]
+
+    # then
+    assert again == texts
+    assert len(set(texts)) == len(schemas)
+    for schema, text in zip(schemas, texts, strict=True):
+        assert f"```json\n{js_json(schema)}\n```\n\n" in text
+        assert f"```json\n{js_json(schema_example(schema))}\n```\n\n" in text
+
+
 @pytest.mark.parametrize(
     ("schema", "example"),
     [

@@ -32,3 +32,37 @@ def test_latest_build_per_agent_in_one_query(django_assert_num_queries) -> None:
     assert latest[("one", "worker")].iteration == 3
     assert latest[("one", "worker")].id == build_list(cluster_id="one", agent_id="worker")[0].id
     assert latest[("two", "worker")].iteration == 1
+
+
+def test_previous_build_is_the_newest_by_start_then_id() -> None:
+    from context.models import ContextBuild
+    from context.selectors import build_previous
+
+    cluster_create(cluster_id="one", config={"agents": agents()})
+
+    def stored(agent_id: str, started_at: int, iteration: int) -> None:
+        ContextBuild.objects.create(
+            cluster_id="one",
+            agent_id=agent_id,
+            iteration=iteration,
+            started_at=started_at,
+            max_tokens=100,
+            final_tokens=1,
+            metrics={},
+        )
+
+    stored("worker", 2_000, 1)
+    stored("worker", 3_000, 2)
+    stored("worker", 3_000, 3)  # the same moment: the later row is the newer build
+    stored("worker", 1_000, 4)
+    stored("validator", 9_000, 5)
+
+    newest = build_previous(cluster_id="one", agent_id="worker", until=None)
+    as_of = build_previous(cluster_id="one", agent_id="worker", until=2_999)
+
+    assert newest is not None
+    assert (newest.started_at, newest.iteration) == (3_000, 3)
+    assert as_of is not None
+    assert (as_of.started_at, as_of.iteration) == (2_000, 1)
+    assert build_previous(cluster_id="one", agent_id="worker", until=999) is None
+    assert build_previous(cluster_id="one", agent_id="nobody", until=None) is None

@@ -392,6 +392,76 @@ def test_build_query_count_does_not_grow_with_the_ledger(django_assert_num_queri
         context_build(cluster_id=cid, agent_id="worker")
 
 
+def test_one_query_finds_the_trigger_of_several_topics(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    triggers = [{"topic": t, "action": "execute_task"} for t in ("GO", "RETRY", "NUDGE")]
+    cid = make_cluster([{**agent("worker", [{"topic": "ISSUE_OPENED"}]), "triggers": triggers}])
+    add(cid, (0, "ISSUE_OPENED", "system", {"text": "the issue"}))
+    add(cid, (10, "NUDGE", "system", {"text": "nudge"}), (20, "GO", "system", {"text": "go"}))
+    add(cid, (30, "OTHER", "system", {"text": "not a trigger"}))
+
+    # cluster, the trigger's three topics, previous build, the source; then savepoint, lock
+    # the cluster, insert the build, advance the clock, release
+    with django_assert_num_queries(9):
+        outcome = context_build(cluster_id=cid, agent_id="worker")
+
+    assert (outcome.trigger.topic, outcome.trigger.text) == ("GO", "go")
+    assert outcome.trigger_fallback is False
+
+
+def test_a_recorded_build_reads_by_index_seeks_only() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor != "sqlite":
+        pytest.skip("reads SQLite's query plans")
+    sources = [
+        {"topic": "ISSUE_OPENED", "amount": 1},
+        {"topic": "VALIDATION_RESULT", "since": "last_task_end", "amount": 3},
+        {"topic": "NOTES", "sender": "w", "since": "last_agent_start", "strategy": "oldest"},
+    ]
+    triggers = [{"topic": t, "action": "execute_task"} for t in ("GO", "ISSUE_OPENED")]
+    cid = make_cluster([{**agent("worker", sources), "triggers": triggers}])
+    add(cid, (0, "ISSUE_OPENED", "system", {"text": "the issue"}), (5, "NOTES", "w", {}))
+    trigger(cid)
+    context_build(cluster_id=cid, agent_id="worker")
+
+    with CaptureQueriesContext(connection) as captured:
+        context_build(cluster_id=cid, agent_id="worker")
+    reads = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT")]
+    plans = []
+    for sql in reads:
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            plans.append([str(row[-1]) for row in cursor.fetchall()])
+
+    # cluster, trigger, previous build, task end, three sources, the cluster's lock
+    assert len(plans) == 8
+    for plan in plans:
+        assert [step for step in plan if "TEMP B-TREE" in step] == []
+        # Only the one-row results of the trigger's seeks are scanned, never a table.
+        assert all(step.startswith("SCAN newest_") for step in plan if step.startswith("SCAN"))
+        assert any(" INDEX " in step for step in plan)
+
+
+def test_a_recorded_build_stores_its_row() -> None:
+    cid = make_cluster([agent("worker", [{"topic": "ISSUE_OPENED"}], maxTokens=5000)])
+    add(cid, (0, "ISSUE_OPENED", "system", {"text": "the issue"}))
+    trigger(cid)
+
+    outcome = context_build(cluster_id=cid, agent_id="worker")
+    again = context_build(cluster_id=cid, agent_id="worker")
+    build = ContextBuild.objects.get(pk=outcome.build_id)
+
+    assert (build.cluster_id, build.agent_id, build.role) == (cid, "worker", "implementation")
+    assert (build.iteration, build.started_at) == (1, outcome.started_at)
+    assert (build.trigger_message_id, build.trigger_topic) == (outcome.trigger.id, "GO")
+    assert (build.max_tokens, build.final_tokens) == (5000, outcome.result.budget.final_tokens)
+    assert (build.as_of_sequence, build.reported_usage) == (None, None)
+    assert build.metrics == outcome.metrics
+    assert ContextBuild.objects.get(pk=again.build_id).iteration == again.iteration == 2
+    assert (again.started_at or 0) > (outcome.started_at or 0) > 0
+
+
 def test_header_rules_come_from_the_agent_then_the_template_then_ours() -> None:
     from context.packs import DEFAULT_RULES
 

@@ -90,8 +90,8 @@ def test_preview_query_counts_are_pinned(
     with django_assert_num_queries(3):
         staff.get(URL)
     # session, user, the cluster; then each agent's preview build as the inspector makes it
-    # (the worker 9: cluster, two trigger seeks, previous build, task-end anchor, four sources;
-    # the validator 9: cluster, its trigger topic then any message, previous build, four
-    # sources, the skip hints)
-    with django_assert_num_queries(21):
+    # (the worker 8: cluster, one query for its three trigger topics, previous build, task-end
+    # anchor, four sources; the validator 8: cluster, its trigger topic then any message,
+    # previous build, three sources, the skip hints)
+    with django_assert_num_queries(19):
         staff.post(URL, {"body": text, "cluster": run})

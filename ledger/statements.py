@@ -1,0 +1,204 @@
+"""Prebuilt SQL for the reads a context build makes on every call (``ledger.selectors``).
+
+A build reads a handful of query shapes: one cluster, the newest message of a few topics, and
+per source one topic (maybe one sender) from a timestamp, newest or oldest N. Compiling those
+through the ORM took six times as long as the database took to run them, so the SQL of each
+shape is written once, from the models' own table and column names, and run through a plain
+cursor with parameters: the same statement, and the same results, on SQLite and PostgreSQL.
+Each one is a seek on an index of ``Message`` (``tests/ledger/test_statements.py`` reads
+SQLite's plans; docs/decisions/0024-prebuilt-statements-for-builds.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+from django.db import connection
+
+from ledger.filters import MessageFilter
+from ledger.models import Cluster, Message
+from ledger.records import JSON, ClusterRecord, MessageRecord
+
+# What a filter asks of one column: (field, operator); the value is a parameter.
+Term = tuple[str, str]
+# The fields of a ``MessageRecord``, in the order the statements select them.
+_RECORD_FIELDS = (
+    "message_id",
+    "sequence",
+    "timestamp",
+    "topic",
+    "sender",
+    "receiver",
+    "content",
+    "metadata",
+)
+
+
+def preparable(where: MessageFilter) -> bool:
+    """Whether the prebuilt statements express ``where``: everything but a full-text search
+    (whose words decide the order) and a list of topics (which no index reads in order)."""
+    return not isinstance(where.topic, tuple) and (where.q is None or not where.search_terms)
+
+
+def _terms(where: MessageFilter, *, event: str | None = None) -> tuple[tuple[Term, ...], list[Any]]:
+    """The filter's conditions beyond the cluster (and ``content.data.event``), and their
+    parameters, in one fixed order: equal shapes give equal statements."""
+    terms: list[Term] = []
+    params: list[Any] = []
+    for term, value in (
+        (("topic", "="), where.topic),
+        (("sender", "="), where.sender),
+        (("receiver", "="), where.receiver),
+        (("event", "="), event),
+        # A parameter, not the bare column: SQLite then seeks on the ``replayable`` column of
+        # ``msg_context_topic`` instead of testing each row of the topic.
+        (("replayable", "="), True if where.replayable_only else None),
+        (("timestamp", ">="), where.since),
+        (("timestamp", "<="), where.until),
+        (("sequence", ">"), where.after),
+        (("sequence", "<="), where.up_to_sequence),
+    ):
+        if value is not None:
+            terms.append(term)
+            params.append(value)
+    return tuple(terms), params
+
+
+def _column(model: type[Message | Cluster], name: str) -> str:
+    (field,) = (f for f in model._meta.concrete_fields if f.name == name)
+    return connection.ops.quote_name(field.column)
+
+
+@cache
+def _message_select(vendor: str, terms: tuple[Term, ...], newest_first: bool, limit: bool) -> str:
+    """One shape's statement: the messages of a cluster that pass ``terms``, in (timestamp,
+    sequence) order, newest first when asked, with a ``LIMIT`` parameter when ``limit``."""
+    del vendor  # part of the cache key only: the quoting is the connection's
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
+    where = " AND ".join(
+        f"{_column(Message, field)} {op} %s" for field, op in (("cluster", "="), *terms)
+    )
+    direction = " DESC" if newest_first else ""
+    order = ", ".join(f"{_column(Message, f)}{direction}" for f in ("timestamp", "sequence"))
+    sql = f"SELECT {columns} FROM {table} WHERE {where} ORDER BY {order}"
+    return f"{sql} LIMIT %s" if limit else sql
+
+
+@cache
+def _newest_of_each(vendor: str, terms: tuple[Term, ...], count: int) -> str:
+    """The newest message of each of ``count`` topics, as one statement of ``count`` seeks."""
+    one = _message_select(vendor, (("topic", "="), *terms), True, True)
+    if count == 1:
+        return one
+    return " UNION ALL ".join(f"SELECT * FROM ({one}) AS newest_{i}" for i in range(count))
+
+
+@cache
+def _cluster_select(vendor: str) -> str:
+    """One cluster with the timestamp of its newest message (one seek on ``msg_cluster_time``),
+    as ``selectors._clusters`` reads it."""
+    del vendor
+    fields = (
+        "id",
+        "created_at",
+        "state",
+        "config",
+        "template",
+        "params",
+        "last_sequence",
+    )
+    clusters = connection.ops.quote_name(Cluster._meta.db_table)
+    messages = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(f"c.{_column(Cluster, f)}" for f in fields)
+    newest = (
+        f"SELECT m.{_column(Message, 'timestamp')} FROM {messages} m "
+        f"WHERE m.{_column(Message, 'cluster')} = c.{_column(Cluster, 'id')} "
+        f"ORDER BY m.{_column(Message, 'timestamp')} DESC, m.{_column(Message, 'sequence')} DESC "
+        "LIMIT 1"
+    )
+    return f"SELECT {columns}, ({newest}) FROM {clusters} c WHERE c.{_column(Cluster, 'id')} = %s"
+
+
+def _json(value: Any) -> JSON:
+    """A JSON column's value as ``JSONField`` reads it: both backends hand over the text."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
+
+
+def _message(row: tuple[Any, ...], cluster_id: str) -> MessageRecord:
+    message_id, sequence, timestamp, topic, sender, receiver, content, metadata = row
+    content = _json(content)
+    return MessageRecord(
+        id=message_id,
+        cluster_id=cluster_id,
+        sequence=sequence,
+        timestamp=timestamp,
+        topic=topic,
+        sender=sender,
+        receiver=receiver,
+        content=content if isinstance(content, dict) else {},
+        metadata=_json(metadata),
+    )
+
+
+def messages_in_order(
+    *,
+    cluster_id: str,
+    where: MessageFilter,
+    newest_first: bool,
+    limit: int | None,
+    event: str | None = None,
+) -> list[MessageRecord]:
+    """The messages that pass ``where`` (``preparable``) and have this ``event``, in
+    (timestamp, sequence) order, newest first when asked, at most ``limit``."""
+    terms, params = _terms(where, event=event)
+    sql = _message_select(connection.vendor, terms, newest_first, limit is not None)
+    params = [cluster_id, *params] if limit is None else [cluster_id, *params, limit]
+    return [_message(row, cluster_id) for row in _rows(sql, params)]
+
+
+def newest_of_topics(
+    *, cluster_id: str, topics: Sequence[str], where: MessageFilter
+) -> list[MessageRecord]:
+    """The newest message of each topic that passes ``where`` (whose own topic is ignored),
+    in one statement; topics without one are missing from the result."""
+    terms, params = _terms(replace(where, topic=None))
+    sql = _newest_of_each(connection.vendor, terms, len(topics))
+    each = [[cluster_id, topic, *params, 1] for topic in topics]
+    return [_message(row, cluster_id) for row in _rows(sql, [p for ps in each for p in ps])]
+
+
+def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
+    """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
+    found = _rows(_cluster_select(connection.vendor), [cluster_id])
+    if not found:
+        return None
+    id_, created_at, state, config, template, params, last_sequence, newest = found[0]
+    config, params = _json(config), _json(params)
+    return ClusterRecord(
+        id=id_,
+        created_at=created_at,
+        state=state,
+        config=config if isinstance(config, dict) else {},
+        template=template or None,
+        params=params if isinstance(params, dict) else {},
+        message_count=last_sequence,
+        last_sequence=last_sequence,
+        last_activity=newest or None,
+    )

@@ -1,0 +1,193 @@
+"""The prebuilt statements behind a context build's reads: the ORM's answers, index seeks."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from ledger.filters import MessageFilter
+from ledger.selectors import (
+    cluster_get,
+    cluster_list,
+    lifecycle_event_latest,
+    message_latest,
+    message_query,
+    message_select,
+)
+from ledger.services import ImportedMessage, message_import_batch
+
+pytestmark = pytest.mark.django_db
+
+T0 = 1_770_000_000_000
+TOPICS = ("PLAN_READY", "AGENT_OUTPUT", "VALIDATION_RESULT", "AGENT_LIFECYCLE")
+SENDERS = ("planner", "worker", "validator")
+
+
+def imported(index: int, **fields: Any) -> ImportedMessage:
+    values: dict[str, Any] = {
+        "id": f"m{index}",
+        # Pairs of messages share a millisecond: the sequence breaks the tie.
+        "timestamp": T0 + index // 2,
+        "topic": TOPICS[index % len(TOPICS)],
+        "sender": SENDERS[index % len(SENDERS)],
+        "receiver": "validator" if index % 5 == 0 else "broadcast",
+        "content": {"text": f"n{index}", "data": {"i": index}} if index % 3 else {},
+        "metadata": (None, {"contextSafe": index % 2 == 0}, [1, "two"], "plain")[index % 4],
+    }
+    values.update(fields)
+    return ImportedMessage(**values)
+
+
+@pytest.fixture
+def filled(cluster: str) -> str:
+    """Forty messages over four topics, three senders, ties in time, odd content and metadata,
+    some kept out of contexts (AGENT_OUTPUT; ``contextSafe: false``)."""
+    message_import_batch(cluster_id=cluster, messages=[imported(i) for i in range(40)])
+    message_import_batch(
+        cluster_id=cluster,
+        messages=[
+            imported(
+                40 + i,
+                topic="AGENT_LIFECYCLE",
+                sender="worker",
+                content={"data": {"event": event}},
+                metadata=None,
+            )
+            for i, event in enumerate(("TASK_COMPLETED", "STARTED", "TASK_COMPLETED", "STARTED"))
+        ],
+    )
+    return cluster
+
+
+FILTERS = [
+    MessageFilter(),
+    MessageFilter(topic="PLAN_READY"),
+    MessageFilter(topic="AGENT_OUTPUT", replayable_only=True),
+    MessageFilter(topic="VALIDATION_RESULT", replayable_only=True, since=T0 + 5),
+    MessageFilter(topic="PLAN_READY", sender="planner", replayable_only=True),
+    MessageFilter(topic="AGENT_LIFECYCLE", sender="worker", until=T0 + 21),
+    MessageFilter(sender="validator", receiver="validator"),
+    MessageFilter(replayable_only=True, until=T0 + 12, up_to_sequence=20),
+    MessageFilter(after=10, up_to_sequence=30, since=T0 + 3),
+    MessageFilter(topic="NOTHING_HERE"),
+]
+
+
+@pytest.mark.parametrize("where", FILTERS)
+@pytest.mark.parametrize(
+    ("newest_first", "limit"), [(True, 1), (True, 4), (False, 3), (False, None)]
+)
+def test_source_rows_are_the_orms(
+    filled: str, where: MessageFilter, newest_first: bool, limit: int | None
+) -> None:
+    expected = message_query(
+        cluster_id=filled, where=where, order="desc" if newest_first else "asc", limit=limit
+    )
+
+    rows = message_select(cluster_id=filled, where=where, newest_first=newest_first, limit=limit)
+
+    assert rows == expected
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_newest_of_topics_is_one_query_and_the_newest_of_each(
+    filled: str, where: MessageFilter, django_assert_num_queries: Any
+) -> None:
+    topics = ["VALIDATION_RESULT", "PLAN_READY", "AGENT_LIFECYCLE", "PLAN_READY"]
+    each = [
+        message_query(cluster_id=filled, where=_with(where, topic=t), order="desc", limit=1)
+        for t in topics
+    ]
+    candidates = [m for found in each for m in found]
+    expected = max(candidates, key=lambda m: (m.timestamp, m.sequence)) if candidates else None
+
+    with django_assert_num_queries(1):
+        newest = message_latest(cluster_id=filled, topics=topics, where=where)
+
+    assert newest == expected
+    assert message_latest(cluster_id=filled, where=where) == next(
+        iter(message_query(cluster_id=filled, where=where, order="desc", limit=1)), None
+    )
+
+
+def _with(where: MessageFilter, **changes: Any) -> MessageFilter:
+    from dataclasses import replace
+
+    return replace(where, **changes)
+
+
+def test_the_newest_task_end_of_an_agent(filled: str) -> None:
+    newest = lifecycle_event_latest(cluster_id=filled, agent_id="worker", event="TASK_COMPLETED")
+    before = lifecycle_event_latest(
+        cluster_id=filled, agent_id="worker", event="TASK_COMPLETED", until=T0 + 20
+    )
+
+    assert newest is not None
+    assert (newest.id, newest.data) == ("m42", {"event": "TASK_COMPLETED"})
+    assert before is not None
+    assert before.id == "m40"
+    assert lifecycle_event_latest(cluster_id=filled, agent_id="worker", event="\x00") is None
+    assert lifecycle_event_latest(cluster_id=filled, agent_id="planner", event="STARTED") is None
+
+
+def test_a_cluster_reads_as_the_list_reads_it(filled: str, cluster: str) -> None:
+    from ledger.services import cluster_create
+
+    empty = cluster_create(cluster_id="empty", config={"agents": [{"id": "a"}]}, params={"p": 1})
+
+    for cid in (filled, empty.id):
+        assert cluster_get(cluster_id=cid) == cluster_list(only_id=cid)[0]
+    assert cluster_get(cluster_id="empty").last_activity is None
+    assert cluster_get(cluster_id=filled).last_activity == T0 + 21
+
+
+def test_statements_are_index_seeks_on_sqlite(filled: str) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("reads SQLite's query plans")
+    with CaptureQueriesContext(connection) as captured:
+        cluster_get(cluster_id=filled)
+        message_latest(
+            cluster_id=filled,
+            topics=["PLAN_READY", "VALIDATION_RESULT", "AGENT_LIFECYCLE"],
+            where=MessageFilter(until=T0 + 30, up_to_sequence=40),
+        )
+        lifecycle_event_latest(cluster_id=filled, agent_id="worker", event="TASK_COMPLETED")
+        for newest_first, sender in itertools.product((True, False), (None, "worker")):
+            message_select(
+                cluster_id=filled,
+                where=MessageFilter(
+                    topic="PLAN_READY", sender=sender, since=T0, replayable_only=True
+                ),
+                newest_first=newest_first,
+                limit=3,
+            )
+
+    plans = [_plan(q["sql"]) for q in captured.captured_queries]
+
+    assert [_indexes(plan) for plan in plans] == [
+        ["sqlite_autoindex_ledger_cluster_1", "msg_cluster_time"],
+        ["msg_cluster_topic"] * 3,
+        ["msg_lifecycle_event"],
+        ["msg_context_topic"],
+        ["msg_context_topic_sender"],
+        ["msg_context_topic"],
+        ["msg_context_topic_sender"],
+    ]
+    for plan in plans:
+        assert not [step for step in plan if "TEMP B-TREE" in step]
+        # Only the one-row results of the UNION's subqueries are scanned, never a table.
+        assert all(step.startswith("SCAN newest_") for step in plan if step.startswith("SCAN"))
+
+
+def _plan(sql: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+        return [str(row[-1]) for row in cursor.fetchall()]
+
+
+def _indexes(plan: list[str]) -> list[str]:
+    return [step.split(" INDEX ")[1].split(" ")[0] for step in plan if " INDEX " in step]
