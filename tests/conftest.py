@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 
 from ledger.bus import bus
 from ledger.keys import api_key_create
+from ledger.push import pusher
 from ledger.services import cluster_create
 
 
@@ -31,10 +32,12 @@ def on_postgres() -> bool:
 
 @pytest.fixture(autouse=True)
 def _no_leftover_subscribers() -> Iterator[None]:
-    """Subscriptions made by one test never leak into the next."""
+    """Subscriptions made by one test never leak into the next, nor do its live pushes still
+    on their way (they are sent after the publisher returns)."""
     before = list(bus._subscriptions)
     yield
     bus._subscriptions = before
+    pusher.flush(10)
 
 
 class ApiClient:

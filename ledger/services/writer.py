@@ -30,7 +30,7 @@ from ledger.models import Cluster, ClusterState, Message
 from ledger.records import JSON, MessageRecord, event_of, replay_allowed
 from ledger.selectors import message_record
 from ledger.services.drafts import MessageDraft, drafts_check
-from ledger.services.statements import (
+from ledger.statements import (
     ClusterRow,
     cluster_row_lock,
     cluster_row_update,
