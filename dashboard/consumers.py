@@ -1,21 +1,19 @@
 """The cluster page's live timeline: each new message pushed as rendered out-of-band fragments.
 
 A push carries the message's timeline row (when the page's filters want it), the header's
-message count and, for a ``STATE_SNAPSHOT``, the snapshot panel: the same partials the page
-renders, so a live page and a reloaded one look the same. ``views.clusters.timeline_missed``
-sends the same fragments to a page that reconnects.
+message count and, for a ``STATE_SNAPSHOT``, the snapshot panel (``dashboard.fragments``).
+``views.clusters.timeline_missed`` sends the same fragments to a page that reconnects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import render_to_string
 
+from dashboard.fragments import push_html
 from ledger.interfaces import (
     JSON,
     MessageRecord,
@@ -23,37 +21,6 @@ from ledger.interfaces import (
     websocket_refusal,
     websocket_refuse,
 )
-from snapshots.state import SNAPSHOT_TOPIC
-
-PAGE = "dashboard/cluster_detail.html"
-
-
-def timeline_rows_html(messages: Sequence[MessageRecord]) -> str:
-    """Rows (newest first) wrapped as one out-of-band insert at the top of the timeline."""
-    rows = "".join(render_to_string(f"{PAGE}#timeline-row", {"m": m}) for m in messages)
-    return f'<ol hx-swap-oob="afterbegin:#timeline-rows">{rows}</ol>'
-
-
-def count_html(cluster_id: str, last_sequence: int) -> str:
-    """The header's message count; sequences run from 1 without gaps, so the last one is it."""
-    return render_to_string(
-        f"{PAGE}#message-count",
-        {"cluster_id": cluster_id, "message_count": last_sequence, "oob": True},
-    )
-
-
-def snapshot_html(snapshot: MessageRecord) -> str:
-    """The snapshot panel showing ``snapshot``, as an out-of-band replacement."""
-    return render_to_string(f"{PAGE}#snapshot-panel", {"snapshot": snapshot, "oob": True})
-
-
-def push_html(message: MessageRecord, *, with_row: bool) -> str:
-    """Everything one new message changes on the page."""
-    fragments = [timeline_rows_html([message])] if with_row else []
-    fragments.append(count_html(message.cluster_id, message.sequence))
-    if message.topic == SNAPSHOT_TOPIC:
-        fragments.append(snapshot_html(message))
-    return "".join(fragments)
 
 
 class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
