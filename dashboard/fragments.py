@@ -7,6 +7,7 @@ look the same: the timeline rows, the header's message count and the snapshot pa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.template.loader import render_to_string
 
@@ -38,10 +39,22 @@ def snapshot_html(snapshot: MessageRecord) -> str:
     return render_to_string(f"{PAGE}#snapshot-panel", {"snapshot": snapshot, "oob": True})
 
 
-def push_html(message: MessageRecord, *, with_row: bool) -> str:
-    """Everything one new message changes on the page."""
-    fragments = [timeline_rows_html([message])] if with_row else []
-    fragments.append(count_html(message.cluster_id, message.sequence))
+@dataclass(frozen=True, slots=True)
+class PushFragments:
+    """What one new message changes on a page: its row, and what changes whatever the filters
+    (the header's count; the snapshot panel for a ``STATE_SNAPSHOT``)."""
+
+    row: str
+    rest: str
+
+    def html(self, *, with_row: bool) -> str:
+        """The push for a page that shows the row (``with_row``) or one whose filters hide it."""
+        return self.row + self.rest if with_row else self.rest
+
+
+def push_fragments(message: MessageRecord) -> PushFragments:
+    """Everything one new message changes on the page, rendered."""
+    rest = [count_html(message.cluster_id, message.sequence)]
     if message.topic == SNAPSHOT_TOPIC:
-        fragments.append(snapshot_html(message))
-    return "".join(fragments)
+        rest.append(snapshot_html(message))
+    return PushFragments(row=timeline_rows_html([message]), rest="".join(rest))
