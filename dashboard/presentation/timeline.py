@@ -9,11 +9,11 @@ sender, the time) is escaped once rather than at each place.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable
 from typing import TypedDict
 
 from django.urls import reverse
-from django.utils.html import escape
 from django.utils.safestring import SafeString
 
 from dashboard.presentation.labels import (
@@ -72,29 +72,46 @@ def _json_url_prefix(cluster_id: str) -> str:
     return url.removesuffix("0.json")
 
 
+def _escaped(text: str) -> SafeString:
+    """``django.utils.html.escape`` without its check for lazy strings: a row holds plain str."""
+    return SafeString(html.escape(text))
+
+
+def _times(ms: int) -> tuple[str, str, str]:
+    """The ISO instant, the UTC text and the row's stamp of a time, from one reading of it."""
+    moment = moment_of(ms)
+    if moment is None:
+        return "", str(ms), str(ms)
+    iso = moment_iso(moment)
+    if moment.year < 1000:  # strftime does not pad such years as the ISO form does
+        return iso, moment_utc(moment), moment_stamp(moment)
+    # The same texts as moment_utc and moment_stamp, cut from the ISO form.
+    day, clock = iso[:10], iso[11:19]
+    return iso, f"{day} {clock} UTC", f"{day[5:]} {clock}"
+
+
 def _row(message: MessageRecord, hit: SearchHit | None, *, json_url: str) -> TimelineRow:
-    moment = moment_of(message.timestamp)
-    ms = str(message.timestamp)
+    iso, utc, stamp = _times(message.timestamp)
     text = message.text
     content = message.content
     return {
-        "sequence": escape(message.sequence),
-        "id": escape(message.id),
-        "topic": escape(message.topic),
-        "tone": escape(topic_tone(message.topic)),
-        "sender": escape(message.sender),
-        "receiver": escape(message.receiver),
-        "ms": escape(ms),
-        "iso": escape(moment_iso(moment) if moment is not None else ""),
-        "utc": escape(moment_utc(moment) if moment is not None else ms),
-        "stamp": escape(moment_stamp(moment) if moment is not None else ms),
+        "sequence": _escaped(str(message.sequence)),
+        "id": _escaped(message.id),
+        "topic": _escaped(message.topic),
+        "tone": _escaped(str(topic_tone(message.topic))),
+        "sender": _escaped(message.sender),
+        "receiver": _escaped(message.receiver),
+        "ms": _escaped(str(message.timestamp)),
+        "iso": _escaped(iso),
+        "utc": _escaped(utc),
+        "stamp": _escaped(stamp),
         "parts": hit.parts if hit is not None else [],
-        "line": escape(first_line(text)),
+        "line": _escaped(first_line(text)),
         "has_data": content.get("data") is not None,
-        "text": escape(text) if text else None,
-        "data_json": escape(pretty_json(content["data"])) if "data" in content else None,
+        "text": _escaped(text) if text else None,
+        "data_json": _escaped(pretty_json(content["data"])) if "data" in content else None,
         "metadata_json": (
-            escape(pretty_json(message.metadata)) if message.metadata is not None else None
+            _escaped(pretty_json(message.metadata)) if message.metadata is not None else None
         ),
-        "json_url": escape(json_url),
+        "json_url": _escaped(json_url),
     }
