@@ -1,21 +1,22 @@
 """The cluster page's live timeline: each new message pushed as rendered out-of-band fragments.
 
 A push carries the message's timeline row (when the page's filters want it), the header's
-message count and, for a ``STATE_SNAPSHOT``, the snapshot panel: the same partials the page
-renders, so a live page and a reloaded one look the same. ``views.clusters.timeline_missed``
-sends the same fragments to a page that reconnects.
+message count and, for a ``STATE_SNAPSHOT``, the snapshot panel (``dashboard.fragments``).
+``views.clusters.timeline_missed`` sends the same fragments to a page that reconnects.
+A message is rendered once per process, however many pages show its cluster (``SharedRenders``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections import OrderedDict
 from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import render_to_string
 
+from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import (
     JSON,
     MessageRecord,
@@ -23,37 +24,70 @@ from ledger.interfaces import (
     websocket_refusal,
     websocket_refuse,
 )
-from snapshots.state import SNAPSHOT_TOPIC
 
-PAGE = "dashboard/cluster_detail.html"
-
-
-def timeline_rows_html(messages: Sequence[MessageRecord]) -> str:
-    """Rows (newest first) wrapped as one out-of-band insert at the top of the timeline."""
-    rows = "".join(render_to_string(f"{PAGE}#timeline-row", {"m": m}) for m in messages)
-    return f'<ol hx-swap-oob="afterbegin:#timeline-rows">{rows}</ol>'
+# (cluster id, sequence, message id): the id tells a re-created cluster's messages apart.
+_Key = tuple[str, str, str]
 
 
-def count_html(cluster_id: str, last_sequence: int) -> str:
-    """The header's message count; sequences run from 1 without gaps, so the last one is it."""
-    return render_to_string(
-        f"{PAGE}#message-count",
-        {"cluster_id": cluster_id, "message_count": last_sequence, "oob": True},
-    )
+class SharedRenders:
+    """Each pushed message rendered once per process, however many sockets show its cluster.
+
+    Every socket in a cluster's group receives every push. The first socket to handle one starts
+    its render (in a worker thread: templates are synchronous); sockets that handle it meanwhile
+    await that same render, and later ones find it among the recent renders. Each socket's
+    filters then only choose between ready strings. Recent renders are kept up to ``keep``
+    messages and ``keep_chars`` characters, ample for every socket of the process to handle a
+    push (or a coalesced run of them) first; a socket that falls further behind renders again.
+    Renders belong to the event loop that started them (one per server process).
+    """
+
+    def __init__(self, *, keep: int = 256, keep_chars: int = 8_000_000) -> None:
+        self.keep = keep
+        self.keep_chars = keep_chars
+        self.renders = 0  # renders started, for the tests and a debugger
+        self._recent: OrderedDict[_Key, PushFragments] = OrderedDict()
+        self._recent_chars = 0
+        self._pending: dict[_Key, asyncio.Task[PushFragments]] = {}
+
+    async def fragments(self, wire: dict[str, JSON]) -> PushFragments:
+        """The rendered fragments of the message whose wire shape is ``wire``."""
+        key = (str(wire["cluster_id"]), str(wire["sequence"]), str(wire["id"]))
+        done = self._recent.get(key)
+        if done is not None:
+            return done
+        loop = asyncio.get_running_loop()
+        pending = self._pending.get(key)
+        if pending is None or pending.get_loop() is not loop:
+            pending = loop.create_task(self._render(key, wire))
+            self._pending[key] = pending
+        # Shielded: a socket that closes while it waits must not cancel the others' render.
+        return await asyncio.shield(pending)
+
+    async def _render(self, key: _Key, wire: dict[str, JSON]) -> PushFragments:
+        self.renders += 1
+        try:
+            fragments = await sync_to_async(push_fragments, thread_sensitive=False)(
+                MessageRecord.from_wire(wire)
+            )
+        finally:
+            if self._pending.get(key) is asyncio.current_task():
+                del self._pending[key]
+        self._remember(key, fragments)
+        return fragments
+
+    def _remember(self, key: _Key, fragments: PushFragments) -> None:
+        if key in self._recent:
+            return
+        self._recent[key] = fragments
+        self._recent_chars += len(fragments.row) + len(fragments.rest)
+        while len(self._recent) > self.keep or (
+            self._recent_chars > self.keep_chars and len(self._recent) > 1
+        ):
+            _, dropped = self._recent.popitem(last=False)
+            self._recent_chars -= len(dropped.row) + len(dropped.rest)
 
 
-def snapshot_html(snapshot: MessageRecord) -> str:
-    """The snapshot panel showing ``snapshot``, as an out-of-band replacement."""
-    return render_to_string(f"{PAGE}#snapshot-panel", {"snapshot": snapshot, "oob": True})
-
-
-def push_html(message: MessageRecord, *, with_row: bool) -> str:
-    """Everything one new message changes on the page."""
-    fragments = [timeline_rows_html([message])] if with_row else []
-    fragments.append(count_html(message.cluster_id, message.sequence))
-    if message.topic == SNAPSHOT_TOPIC:
-        fragments.append(snapshot_html(message))
-    return "".join(fragments)
+shared_renders = SharedRenders()
 
 
 class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
@@ -102,12 +136,13 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def ledger_message(self, event: dict[str, Any]) -> None:
         wire = event["message"]
-        html = await sync_to_async(push_html, thread_sensitive=False)(
-            MessageRecord.from_wire(wire), with_row=self._wanted(wire)
-        )
-        await self.send(text_data=html)
+        fragments = await shared_renders.fragments(wire)
+        await self.send(text_data=fragments.html(with_row=self._wanted(wire)))
 
     async def ledger_messages(self, event: dict[str, Any]) -> None:
-        """A coalesced push (the ledger's push loop): each message as if pushed alone."""
+        """A coalesced push (the ledger's push loop): all its fragments in one frame."""
+        parts = []
         for wire in event["messages"]:
-            await self.ledger_message({"message": wire})
+            fragments = await shared_renders.fragments(wire)
+            parts.append(fragments.html(with_row=self._wanted(wire)))
+        await self.send(text_data="".join(parts))

@@ -26,7 +26,7 @@ ARC_BASE = 30
 ARC_STEP = 26
 PARALLEL_STEP = 12
 LABEL_CHAR_W = 6.2
-TONES = 10  # as dashboard_ui.topic_tone
+TONES = 10  # as dashboard.presentation.labels.topic_tone
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,38 +5,27 @@ Every filter returns plain text; the template engine escapes it. None marks anyt
 
 from __future__ import annotations
 
-import json
-import zlib
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from dashboard.presentation import time_text
+from dashboard.presentation.labels import (
+    first_line,
+    moment_iso,
+    moment_of,
+    moment_stamp,
+    moment_utc,
+    pretty_json,
+    time_text,
+    topic_tone,
+)
 
 register = template.Library()
-
-# The number of muted topic tones defined in static/css/app.css (.tone-0 … .tone-9).
-TOPIC_TONES = 10
-FIRST_LINE_CHARS = 160
-
-
-@register.filter
-def topic_tone(topic: str) -> int:
-    """A stable tone index for a topic name: the same topic has the same colour everywhere."""
-    return zlib.crc32(str(topic).encode()) % TOPIC_TONES
-
-
-@register.filter
-def first_line(text: str | None) -> str:
-    """The first non-blank line of a text, cut to a table cell's worth."""
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if line:
-            return line if len(line) <= FIRST_LINE_CHARS else line[: FIRST_LINE_CHARS - 1] + "…"
-    return ""
+register.filter("topic_tone", topic_tone)
+register.filter("first_line", first_line)
+register.filter("pretty_json", pretty_json)
 
 
 @register.filter
@@ -48,55 +37,33 @@ def has_more_lines(text: str | None) -> bool:
 
 
 @register.filter
-def pretty_json(value: Any) -> str:
-    """JSON indented for reading; the template escapes it like any other text."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
-
-
-def _moment(ms: int | str | None) -> datetime | None:
-    """The instant of an epoch-milliseconds value, or None when there is none to show.
-
-    The ledger refuses timestamps past 9999 (``ledger.validation``), but a page must still
-    show whatever an older database holds rather than fail.
-    """
-    if ms is None or ms == "":
-        return None
-    try:
-        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
-    except (ValueError, OverflowError, OSError):
-        return None
-
-
-@register.filter
 def iso_ms(ms: int | str | None) -> str:
     """An epoch-milliseconds value as an ISO 8601 UTC instant (for ``<time datetime>``)."""
-    moment = _moment(ms)
-    if moment is None:
-        return ""
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = moment_of(ms)
+    return moment_iso(moment) if moment is not None else ""
 
 
 @register.filter
 def utc_text(ms: int | str | None) -> str:
     """The readable UTC time shown until the page's script converts it to local time."""
-    moment = _moment(ms)
+    moment = moment_of(ms)
     if moment is None:
         return "" if ms is None else str(ms)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment_utc(moment)
 
 
 @register.filter
 def stamp_text(ms: int | str | None) -> str:
     """A timeline row's time in UTC, with its day; the page's script writes it in local time
     (the clock time alone for today's rows)."""
-    moment = _moment(ms)
-    return moment.strftime("%m-%d %H:%M:%S") if moment is not None else str(ms or "")
+    moment = moment_of(ms)
+    return moment_stamp(moment) if moment is not None else str(ms or "")
 
 
 @register.filter
 def input_utc(ms: int | str | None) -> str:
     """A time filter's value in UTC; the page's script shows it in local time."""
-    moment = _moment(ms)
+    moment = moment_of(ms)
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else ""
 
 

@@ -20,10 +20,11 @@ from django.views.decorators.vary import vary_on_headers
 from context.selectors import BuildRecord, build_latest_by_agent
 from context.services.templates import template_list
 from dashboard.activity import agents_context, completion_of, usage_of
-from dashboard.consumers import count_html, snapshot_html, timeline_rows_html
 from dashboard.forms import ClusterListForm, LaunchForm, TimelineForm
+from dashboard.fragments import count_html, snapshot_html, timeline_rows_html
 from dashboard.http import HtmxHttpRequest, render_page_or_region
-from dashboard.templatetags.dashboard_ui import TOPIC_TONES
+from dashboard.presentation.labels import TOPIC_TONES
+from dashboard.presentation.timeline import timeline_rows
 from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -157,7 +158,7 @@ def _timeline_context(
     query = _filter_query(values)
     return {
         "cluster": cluster,
-        "rows": timeline.rows,
+        "rows": timeline_rows(timeline.rows),
         "filters": values,
         "filtered": bool(query),
         "searching": bool(values["q"]),

@@ -509,3 +509,20 @@ def test_row_times_carry_their_day() -> None:
 
     assert stamp_text(1_770_024_000_000) == "02-02 09:20:00"
     assert stamp_text(None) == ""
+
+
+@pytest.mark.parametrize(
+    "ms",
+    [0, 1_770_024_000_123, 253_402_300_799_999, -30_000_000_000_000, -62_135_596_800_000, 10**18],
+)
+def test_timeline_rows_write_times_as_the_filters_do(ms: int) -> None:
+    from dashboard.presentation.timeline import timeline_rows
+    from dashboard.templatetags.dashboard_ui import iso_ms, stamp_text, utc_text
+    from ledger.interfaces import MessageRecord
+
+    message = MessageRecord(id="m", cluster_id="c", sequence=1, timestamp=ms, topic="T", sender="s")
+
+    [row] = timeline_rows([(message, None)])
+
+    assert (row["iso"], row["utc"], row["stamp"]) == (iso_ms(ms), utc_text(ms), stamp_text(ms))
+    assert row["ms"] == str(ms)
