@@ -43,8 +43,10 @@ _IMPORT_WIDTHS = (("id", 128), ("topic", 64), ("sender", 128), ("receiver", 128)
 # NUL or a lone surrogate anywhere in a string (``ledger.validation.text_problem``).
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 # A number whose float may overflow to infinity: an exponent of three digits or more, or a
-# mantissa of hundreds of digits. A match only means "look closer".
-_HUGE_NUMBER = re.compile(r"[0-9][eE]\+?[0-9]{3}|[0-9]{300}")
+# mantissa of hundreds of digits (only in a text that long). A match only means "look closer".
+_HUGE_EXPONENT = re.compile(r"[0-9][eE]\+?[0-9]{3}")
+_LONG_MANTISSA = 300
+_HUGE_MANTISSA = re.compile(f"[0-9]{{{_LONG_MANTISSA}}}")
 # Stored ids looked up per query when an import may repeat some.
 _LOOKUP_CHUNK = 5000
 # SQLite's page cache while an import runs, in KiB: the indexes of a large cluster (the random
@@ -282,11 +284,26 @@ def imported_rows_from_json(
             raise _refused(index, ids[index], found)
     replayable: list[bool] = []
     events: list[str] = []
+    # Without metadata to read and without ``contextSafe`` in the data, the policy is the
+    # topic's: asked once per topic. The functions read only ``content.data``, so a content
+    # holding just that decides alike.
+    by_topic = {t: replay_allowed(topic=t, content=None, metadata=None) for t in set(topics)}
     for topic, value, meta in zip(topics, data_values, metadata_values, strict=True):
-        # The policy reads only ``content.data``: a content holding just that decides alike.
-        policy = {"data": value} if type(value) is dict else None
-        replayable.append(replay_allowed(topic=topic, content=policy, metadata=meta))
-        events.append("" if policy is None else event_of(policy))
+        if type(value) is dict:
+            if meta is None and "contextSafe" not in value:
+                replayable.append(by_topic[topic])
+            else:
+                replayable.append(
+                    replay_allowed(topic=topic, content={"data": value}, metadata=meta)
+                )
+            events.append(event_of({"data": value}) if "event" in value else "")
+        else:
+            replayable.append(
+                by_topic[topic]
+                if meta is None
+                else replay_allowed(topic=topic, content=None, metadata=meta)
+            )
+            events.append("")
     return ImportRows(
         ids=ids,
         timestamps=timestamps,
@@ -338,9 +355,7 @@ def _suspect_rows(
                 not column or max(map(len, column)) <= width
                 for column, (_, width) in zip((ids, *strings), _IMPORT_WIDTHS, strict=True)
             )
-            and not any(
-                _BAD_CHARS.search("\n".join(column)) for column in (ids, *strings, present_texts)
-            )
+            and all(_clean("\n".join(column)) for column in (ids, *strings, present_texts))
         )
         times_ok = not timestamps or (
             set(map(type, timestamps)) == {int}
@@ -370,13 +385,24 @@ def _json_suspects(column: list[str | None], max_brackets: int) -> set[int]:
         if opens and max(opens) > max_brackets
         else set()
     )
-    if _HUGE_NUMBER.search("\n".join(texts)) is not None:
-        suspects.update(i for i, text in enumerate(texts) if _HUGE_NUMBER.search(text))
+    if _HUGE_EXPONENT.search("\n".join(texts)) is not None:
+        suspects.update(i for i, text in enumerate(texts) if _HUGE_EXPONENT.search(text))
+    if max(map(len, texts), default=0) >= _LONG_MANTISSA:
+        suspects.update(
+            i
+            for i, text in enumerate(texts)
+            if len(text) >= _LONG_MANTISSA and _HUGE_MANTISSA.search(text)
+        )
     return suspects
 
 
 def _all_str(*columns: list[str]) -> bool:
     return all(set(map(type, column)) <= {str} for column in columns)
+
+
+def _clean(text: str) -> bool:
+    """No NUL and no lone surrogate in ``text``; ASCII text is cleared without a regex."""
+    return "\x00" not in text and (text.isascii() or _BAD_CHARS.search(text) is None)
 
 
 def _clock(now: int | None) -> int:
