@@ -34,9 +34,12 @@ from ledger.services import (
     STATE_BY_TOPIC,
     ClusterWriter,
     ImportedMessage,
+    ImportRows,
     cluster_create_transaction,
     cluster_state_set,
     cluster_transaction,
+    import_cache,
+    imported_rows_from_json,
     message_import_batch,
     now_ms,
 )
@@ -45,6 +48,7 @@ from ledger.zeroshot import (
     LedgerSource,
     LedgerTail,
     StrPath,
+    ZeroshotColumns,
     ZeroshotFormatError,
     ZeroshotMessage,
     ZeroshotRowError,
@@ -52,7 +56,7 @@ from ledger.zeroshot import (
     count_messages,
     discover,
     open_snapshot,
-    read_messages,
+    read_message_columns,
 )
 
 logger = logging.getLogger(__name__)
@@ -172,20 +176,20 @@ def _import_rows(
     total = count_messages(conn)
     if progress is not None:
         progress(cluster_id, 0, total)
-    with closing(read_messages(conn, batch_size=IMPORT_BATCH)) as batches:
+    with closing(read_message_columns(conn, batch_size=IMPORT_BATCH)) as batches, import_cache():
         return _import_batches(source=source, batches=batches, total=total, progress=progress)
 
 
 def _import_batches(
     *,
     source: LedgerSource,
-    batches: Iterator[list[ZeroshotMessage]],
+    batches: Iterator[ZeroshotColumns],
     total: int,
     progress: Progress | None,
 ) -> LedgerImport:
     """Store a ledger's rows in one transaction; its cluster is created in it when missing."""
     cluster_id = source.cluster_id
-    first = next(batches, [])
+    first = next(batches, None)
     created = not cluster_exists(cluster_id=cluster_id)
     done = imported = last_rowid = unreadable = 0
     state_topic: str | None = None
@@ -195,9 +199,7 @@ def _import_batches(
         else cluster_transaction(cluster_id)
     )
     with transaction as writer:
-        for batch in itertools.chain([first], batches):
-            if not batch:
-                continue
+        for batch in itertools.chain([first] if first is not None else [], batches):
             # A cluster created by this import holds only this ledger's rows, whose ids are
             # unique (zeroshot's primary key): no need to look them up batch after batch.
             # Nobody followed it before it existed, so its history is not pushed message by
@@ -205,9 +207,9 @@ def _import_batches(
             stored = _store(writer, batch, created=created)
             imported += len(stored)
             done += len(batch)
-            last_rowid = max(last_rowid, *(m.rowid for m in batch))
-            unreadable += sum(1 for m in batch if m.json_unreadable)
-            state_topic = _last_state_topic(stored) or state_topic
+            last_rowid = max(last_rowid, *batch.rowids)
+            unreadable += batch.json_unreadable
+            state_topic = _last_state_topic_of(stored.topics) or state_topic
             if progress is not None:
                 progress(cluster_id, done, max(total, done))
         _state_settle(writer, source=source, created=created, state_topic=state_topic)
@@ -223,30 +225,42 @@ def _import_batches(
     )
 
 
-def _store(
-    writer: ClusterWriter, batch: list[ZeroshotMessage], *, created: bool
-) -> list[ImportedMessage]:
+def _store(writer: ClusterWriter, batch: ZeroshotColumns, *, created: bool) -> ImportRows:
     """Store one batch of rows; a row the ledger refuses is named by its rowid."""
+    ids = batch.ids
+    if "" in ids:
+        ids = [i or _missing_id(rowid) for i, rowid in zip(ids, batch.rowids, strict=True)]
     try:
-        return writer.import_messages(
-            [_imported(m) for m in batch], assume_absent=created, deliver=not created
+        rows = imported_rows_from_json(
+            ids=ids,
+            timestamps=batch.timestamps,
+            topics=batch.topics,
+            senders=batch.senders,
+            receivers=batch.receivers,
+            texts=batch.content_texts,
+            data=batch.content_data,
+            data_values=batch.content_data_values,
+            metadata=batch.metadata,
+            metadata_values=batch.metadata_values,
         )
+        return writer.import_rows(rows, assume_absent=created, deliver=not created)
     except InvalidInput as error:
         index = error.details.get("index") if isinstance(error.details, dict) else None
         if isinstance(index, int) and 0 <= index < len(batch):
-            row = batch[index]
-            raise ZeroshotRowError(row.rowid, f"(id {row.id!r}) {error.message}") from error
+            raise ZeroshotRowError(
+                batch.rowids[index], f"(id {ids[index]!r}) {error.message}"
+            ) from error
         raise
 
 
 def _cluster_create_transaction(
-    *, source: LedgerSource, first: list[ZeroshotMessage]
+    *, source: LedgerSource, first: ZeroshotColumns | None
 ) -> AbstractContextManager[ClusterWriter]:
     """The transaction that creates the ledger's cluster and fills it."""
     entry = source.cluster
     created_at = entry.created_at if entry is not None else None
     if created_at is None:
-        created_at = first[0].timestamp if first else now_ms()
+        created_at = first.timestamps[0] if first else now_ms()
     try:
         return cluster_create_transaction(
             cluster_id=source.cluster_id,
@@ -262,10 +276,14 @@ def _cluster_create_transaction(
         ) from error
 
 
+def _missing_id(rowid: int) -> str:
+    # zeroshot's id column may hold NULL (a TEXT primary key allows it): name the row stably.
+    return f"zeroshot-rowid-{rowid}"
+
+
 def _imported(message: ZeroshotMessage) -> ImportedMessage:
     return ImportedMessage(
-        # zeroshot's id column may hold NULL (a TEXT primary key allows it): name the row stably.
-        id=message.id or f"zeroshot-rowid-{message.rowid}",
+        id=message.id or _missing_id(message.rowid),
         timestamp=message.timestamp,
         topic=message.topic,
         sender=message.sender,
@@ -276,7 +294,13 @@ def _imported(message: ZeroshotMessage) -> ImportedMessage:
 
 
 def _last_state_topic(records: Sequence[ImportedMessage | MessageRecord]) -> str | None:
-    return next((r.topic for r in reversed(records) if r.topic in STATE_BY_TOPIC), None)
+    return _last_state_topic_of([r.topic for r in records])
+
+
+def _last_state_topic_of(topics: Sequence[str]) -> str | None:
+    if STATE_BY_TOPIC.keys().isdisjoint(topics):
+        return None
+    return next(topic for topic in reversed(topics) if topic in STATE_BY_TOPIC)
 
 
 def _state_settle(

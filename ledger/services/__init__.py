@@ -2,7 +2,8 @@
 
 Layout: ``writer`` (the one write transaction every write goes through), ``drafts`` (what a
 publisher asks for, and its checks), ``publish``, ``clusters`` (creation and state) and
-``imports`` (messages from other ledgers that keep their ids and timestamps).
+``imports`` (messages from other ledgers that keep their ids and timestamps) with
+``imported_rows`` (their checks and bulk insert, column by column).
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from ledger.services.clusters import (
     cluster_state_set,
 )
 from ledger.services.drafts import MessageDraft, drafts_check, message_draft_check
+from ledger.services.imported_rows import (
+    ImportRows,
+    import_cache,
+    imported_messages_check,
+    imported_rows_from_json,
+)
 from ledger.services.imports import message_import_backfill, message_import_batch
 from ledger.services.publish import message_publish, message_publish_batch, now_ms
 from ledger.services.writer import (
@@ -23,13 +30,13 @@ from ledger.services.writer import (
     ClusterWriter,
     ImportedMessage,
     cluster_transaction,
-    imported_messages_check,
 )
 
 __all__ = [
     "CLUSTER_ID_RE",
     "STATE_BY_TOPIC",
     "ClusterWriter",
+    "ImportRows",
     "ImportedMessage",
     "MessageDraft",
     "cluster_config_check",
@@ -39,7 +46,9 @@ __all__ = [
     "cluster_state_set",
     "cluster_transaction",
     "drafts_check",
+    "import_cache",
     "imported_messages_check",
+    "imported_rows_from_json",
     "message_draft_check",
     "message_import_backfill",
     "message_import_batch",

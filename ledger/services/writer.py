@@ -14,15 +14,13 @@ recorded context build, a state snapshot — happens inside ``cluster_transactio
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from ledger.bus import bus
 from ledger.errors import Conflict, InvalidInput, NotFound
@@ -30,6 +28,12 @@ from ledger.models import Cluster, ClusterState, Message
 from ledger.records import JSON, MessageRecord, event_of, replay_allowed
 from ledger.selectors import message_record
 from ledger.services.drafts import MessageDraft, drafts_check
+from ledger.services.imported_rows import (
+    ImportRows,
+    imported_rows,
+    imported_rows_insert,
+    stored_message_ids,
+)
 from ledger.statements import (
     ClusterRow,
     cluster_row_lock,
@@ -37,11 +41,9 @@ from ledger.statements import (
     json_param,
     message_insert,
 )
-from ledger.validation import JsonValueError, json_encode_checked, text_problem, timestamp_problem
+from ledger.validation import text_problem
 
 STATE_BY_TOPIC = {"CLUSTER_COMPLETE": ClusterState.COMPLETED, "CLUSTER_FAILED": ClusterState.FAILED}
-# Stored ids looked up per query when an import may repeat some.
-_LOOKUP_CHUNK = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,38 +185,44 @@ class ClusterWriter:
         ``assume_absent`` skips the look-up of stored ids, for a caller that fills a cluster it
         created with ids that are unique; the unique constraint still refuses a repeat.
         """
-        imported_messages_check(messages)
-        present = set() if assume_absent else self._stored_ids(messages)
-        fresh: list[ImportedMessage] = []
-        for message in messages:
-            if message.id not in present:
-                present.add(message.id)
-                fresh.append(message)
+        fresh = self.import_rows(
+            imported_rows(messages), assume_absent=assume_absent, deliver=deliver
+        )
+        if fresh.positions is None:
+            return list(messages)
+        return [messages[index] for index in fresh.positions]
+
+    def import_rows(
+        self, rows: ImportRows, *, assume_absent: bool = False, deliver: bool
+    ) -> ImportRows:
+        """``import_messages`` for rows already checked (``ledger.services.imported_rows``),
+        the way of large imports: returns the rows stored, in sequence order."""
+        present = (
+            stored_message_ids(cluster_id=self.cluster_id, ids=rows.ids)
+            if not assume_absent and self._cluster.last_sequence > 0
+            else set()
+        )
+        fresh = rows.without(present)
         if not fresh:
             return fresh
         after = self._cluster.last_sequence
         caught_up = self._cluster.pipeline_sequence == after
         try:
-            _insert_imported(cluster_id=self.cluster_id, after_sequence=after, messages=fresh)
+            imported_rows_insert(cluster_id=self.cluster_id, after_sequence=after, rows=fresh)
         except IntegrityError as error:
             raise Conflict(
                 "a message with this id already exists in the cluster",
                 details={"cluster_id": self.cluster_id},
             ) from error
         self._cluster.last_sequence += len(fresh)
-        self._cluster.last_timestamp = max(
-            self._cluster.last_timestamp, max(m.timestamp for m in fresh)
-        )
+        self._cluster.last_timestamp = max(self._cluster.last_timestamp, max(fresh.timestamps))
         self._changed |= {"last_sequence", "last_timestamp"}
         if caught_up:
             # Nothing of it is for the pipeline (imports never trigger): skip the pipeline's read.
             self.pipeline_advance(self._cluster.last_sequence)
         if deliver:
             bus.deliver_on_commit(
-                [
-                    m.as_record(cluster_id=self.cluster_id, sequence=seq)
-                    for seq, m in enumerate(fresh, after + 1)
-                ],
+                fresh.records(cluster_id=self.cluster_id, first_sequence=after + 1),
                 imported=True,
             )
         return fresh
@@ -309,20 +317,6 @@ class ClusterWriter:
             if record.topic in STATE_BY_TOPIC:
                 self.state_set(STATE_BY_TOPIC[record.topic])
 
-    def _stored_ids(self, messages: Sequence[ImportedMessage]) -> set[str]:
-        if self._cluster.last_sequence == 0:
-            return set()
-        ids = [m.id for m in messages]
-        present: set[str] = set()
-        # In chunks well under SQLite's limit of 32,766 bound parameters per statement.
-        for start in range(0, len(ids), _LOOKUP_CHUNK):
-            present.update(
-                Message.objects.filter(
-                    cluster_id=self.cluster_id, message_id__in=ids[start : start + _LOOKUP_CHUNK]
-                ).values_list("message_id", flat=True)
-            )
-        return present
-
 
 def _row(record: MessageRecord, draft: MessageDraft, body_hash: str) -> tuple[Any, ...]:
     """A published message's row, in ``MESSAGE_COLUMNS`` order."""
@@ -410,112 +404,3 @@ class _IdempotencyPlan:
             assert found is not None
             final.append(found)
         return final
-
-
-# The widths of the message columns an import fills from its source (ledger.models.Message).
-_IMPORT_WIDTHS = (("id", 128), ("topic", 64), ("sender", 128), ("receiver", 128))
-
-
-def imported_messages_check(messages: Sequence[ImportedMessage], *, now: int | None = None) -> None:
-    """Refuse what the ledger cannot store from an import, naming the message's ``index``.
-
-    Imports keep the source's values (SPEC §1.1: no topic pattern, no timestamp adjustment),
-    but not values the databases refuse or that would break the cluster: strings wider than
-    their columns or holding NUL or lone surrogates, timestamps outside 0 … 9999-12-31 or
-    further ahead of the clock than ``LEDGER_MAX_CLOCK_SKEW_MS`` (the cluster's clock would
-    jump there), and JSON with NaN or nested deeper than ``LEDGER_MAX_JSON_DEPTH``.
-    """
-    clock = now if now is not None else time.time_ns() // 1_000_000
-    skew, depth = settings.LEDGER_MAX_CLOCK_SKEW_MS, settings.LEDGER_MAX_JSON_DEPTH
-    for index, message in enumerate(messages):
-        found = _imported_problem(message, now=clock, skew=skew, depth=depth)
-        if found is not None:
-            field, problem = found
-            raise InvalidInput(
-                f"{field} {problem}", details={"index": index, "id": message.id, "field": field}
-            )
-
-
-def _imported_problem(
-    message: ImportedMessage, *, now: int, skew: int, depth: int
-) -> tuple[str, str] | None:
-    for field, width in _IMPORT_WIDTHS:
-        value = getattr(message, field)
-        if not isinstance(value, str):
-            return field, "must be a string"
-        if len(value) > width:
-            return field, f"is longer than {width} characters"
-        if (problem := text_problem(value)) is not None:
-            return field, problem
-    if not message.id:
-        return "id", "must not be empty"
-    if (problem := timestamp_problem(message.timestamp, now=now, max_ahead=skew)) is not None:
-        return "timestamp", problem
-    for field, value in (("content", message.content), ("metadata", message.metadata)):
-        try:
-            json_encode_checked(value, max_depth=depth)
-        except JsonValueError as error:
-            return f"{field}{error.path}", error.problem
-    return None
-
-
-# The columns an import sets itself, in the order ``_insert_imported`` builds its rows.
-_IMPORT_COLUMNS = (
-    "cluster_id",
-    "message_id",
-    "sequence",
-    "timestamp",
-    "topic",
-    "sender",
-    "receiver",
-    "content",
-    "metadata",
-    "replayable",
-    "event",
-    "imported",
-)
-
-
-def _insert_imported(
-    *, cluster_id: str, after_sequence: int, messages: Sequence[ImportedMessage]
-) -> None:
-    """Insert imported messages with sequences from ``after_sequence + 1``, fast.
-
-    ``bulk_create`` compiles every value into multi-row SQL (about 90 rows per statement on
-    SQLite), which costs three times the database's own work on an import of a million rows,
-    and a ``Message`` instance per row costs about as much as the INSERT itself. So: one
-    prepared one-row INSERT run by ``executemany`` over plain tuples. Columns come from the
-    model, so a field the import does not set is inserted too, with its default; JSON is
-    adapted by the backend as ``JSONField`` would.
-    """
-    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
-    others = [f for name, f in fields.items() if name not in _IMPORT_COLUMNS]
-    columns = [fields[name] for name in _IMPORT_COLUMNS] + others
-    defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
-    adapt_json = connection.ops.adapt_json_value
-    quote = connection.ops.quote_name
-    sql = (
-        f"INSERT INTO {quote(Message._meta.db_table)} "
-        f"({', '.join(quote(f.column) for f in columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
-    params = [
-        (
-            cluster_id,
-            m.id,
-            sequence,
-            m.timestamp,
-            m.topic,
-            m.sender,
-            m.receiver,
-            adapt_json(m.content, None),
-            None if m.metadata is None else adapt_json(m.metadata, None),
-            replay_allowed(topic=m.topic, content=m.content, metadata=m.metadata),
-            event_of(m.content),
-            True,
-            *defaults,
-        )
-        for sequence, m in enumerate(messages, start=after_sequence + 1)
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from json.scanner import make_scanner
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,34 @@ class ZeroshotMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ZeroshotColumns:
+    """A batch of rows of a ``messages`` table, one list per column, for a fast import.
+
+    Strings are read as ``ZeroshotMessage`` reads them (an id may be ``""``). The JSON columns
+    keep their text: ``content_data`` is ``None`` for NULL and ``"null"`` for text that is not
+    JSON, ``metadata`` is ``None`` for NULL, null or text that is not JSON; ``…_values`` hold
+    what each parsed to.
+    """
+
+    rowids: list[int]
+    ids: list[str]
+    timestamps: list[int]
+    topics: list[str]
+    senders: list[str]
+    receivers: list[str]
+    content_texts: list[str | None]
+    content_data: list[str | None]
+    content_data_values: list[JSON]
+    metadata: list[str | None]
+    metadata_values: list[JSON]
+    # Rows whose content_data or metadata held text that is not JSON.
+    json_unreadable: int
+
+    def __len__(self) -> int:
+        return len(self.rowids)
+
+
+@dataclass(frozen=True, slots=True)
 class ZeroshotCluster:
     """One entry of ``clusters.json``; ``raw`` keeps every field zeroshot wrote."""
 
@@ -191,6 +220,8 @@ def _reject_constant(name: str) -> None:
 
 # One decoder for every column: ``json.loads`` with an option builds a new one per call.
 _JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+# Its scanner, which ``decode`` only wraps in skipping whitespace around the value.
+_JSON_SCAN = make_scanner(_JSON_DECODER)  # type: ignore[arg-type]  # typeshed wants the C type
 
 
 def read_json_column(value: object) -> tuple[JSON, bool]:
@@ -205,6 +236,36 @@ def read_json_column(value: object) -> tuple[JSON, bool]:
         return _JSON_DECODER.decode(text), False
     except (ValueError, RecursionError):
         return None, True
+
+
+def read_json_values(column: list[str | None]) -> tuple[list[JSON], set[int]]:
+    """``read_json_column`` over a column of text: what each parsed to (``None`` for NULL or
+    unreadable), and the indexes of the unreadable ones."""
+    values: list[JSON] = []
+    unreadable: set[int] = set()
+    append = values.append
+    # Text with no whitespace around its value (zeroshot writes none) is parsed by one call
+    # into C; any other text goes through ``decode``, which also says what is wrong with it.
+    scan = _JSON_SCAN
+    for index, text in enumerate(column):
+        if text is None:
+            append(None)
+            continue
+        try:
+            value, end = scan(text, 0)
+            if end != len(text):
+                value = _JSON_DECODER.decode(text)
+        except StopIteration:
+            try:
+                value = _JSON_DECODER.decode(text)
+            except (ValueError, RecursionError):
+                value = None
+                unreadable.add(index)
+        except (ValueError, RecursionError):
+            value = None
+            unreadable.add(index)
+        append(value)
+    return values, unreadable
 
 
 def compact_json(value: JSON) -> str:

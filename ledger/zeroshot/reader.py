@@ -25,12 +25,14 @@ from ledger.zeroshot.format import (
     LedgerSource,
     StrPath,
     ZeroshotCluster,
+    ZeroshotColumns,
     ZeroshotFormatError,
     ZeroshotMessage,
     ZeroshotRowError,
     ZeroshotSourceError,
     as_text,
     read_json_column,
+    read_json_values,
 )
 
 _COPY_ATTEMPTS = 5
@@ -77,6 +79,20 @@ def read_messages(
     return _batches(conn.execute(sql, (after_rowid,)), batch_size, default_cluster_id)
 
 
+def read_message_columns(
+    conn: sqlite3.Connection, *, after_rowid: int = 0, batch_size: int = 5000
+) -> Generator[ZeroshotColumns, None, None]:
+    """``read_messages`` as columns, for an import that stores many rows: no object per row.
+
+    Close it (``contextlib.closing``) before the connection when not reading to the end.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    select, _ = _select_messages(conn)
+    sql = f"{select} WHERE rowid > ? ORDER BY timestamp, rowid"
+    return _column_batches(conn.execute(sql, (after_rowid,)), batch_size)
+
+
 def read_messages_after_rowid(
     conn: sqlite3.Connection, after_rowid: int, limit: int = 1000
 ) -> list[ZeroshotMessage]:
@@ -101,6 +117,66 @@ def _batches(
             yield [_message_from_row(row, default_cluster_id) for row in rows]
     finally:
         cursor.close()
+
+
+def _column_batches(
+    cursor: sqlite3.Cursor, batch_size: int
+) -> Generator[ZeroshotColumns, None, None]:
+    try:
+        while rows := cursor.fetchmany(batch_size):
+            yield _columns(rows)
+    finally:
+        cursor.close()
+
+
+def _columns(rows: list[tuple[Any, ...]]) -> ZeroshotColumns:
+    """Rows as columns, each value read as ``_message_from_row`` reads it."""
+    rowids, ids, timestamps, topics, senders, receivers, texts, data, metadata, _ = (
+        list(column) for column in zip(*rows, strict=True)
+    )
+    if set(map(type, timestamps)) != {int}:
+        timestamps = [_timestamp(t, rowid=r) for t, r in zip(timestamps, rowids, strict=True)]
+    data = _texts(data)
+    metadata = _texts(metadata)
+    data_values, data_unreadable = read_json_values(data)
+    metadata_values, metadata_unreadable = read_json_values(metadata)
+    # A column that is not NULL gives ``content.data``, null when its text is not JSON.
+    for index in data_unreadable:
+        data[index] = "null"
+    # Metadata is stored as SQL NULL when it is null or not JSON.
+    if metadata_values.count(None) != metadata.count(None):
+        metadata = [
+            None if value is None else text
+            for text, value in zip(metadata, metadata_values, strict=True)
+        ]
+    return ZeroshotColumns(
+        rowids=rowids,
+        ids=_strings(ids, ""),
+        timestamps=timestamps,
+        topics=_strings(topics, ""),
+        senders=_strings(senders, ""),
+        receivers=_strings(receivers, DEFAULT_RECEIVER),
+        content_texts=_texts(texts),
+        content_data=data,
+        content_data_values=data_values,
+        metadata=metadata,
+        metadata_values=metadata_values,
+        json_unreadable=len(data_unreadable | metadata_unreadable),
+    )
+
+
+def _strings(column: list[Any], default: str) -> list[str]:
+    """A column of strings, NULL and empty read as ``default``, other types as text."""
+    if set(map(type, column)) <= {str} and (default == "" or "" not in column):
+        return column
+    return [as_text(value) or default for value in column]
+
+
+def _texts(column: list[Any]) -> list[str | None]:
+    """A column of text or NULL, other types as text."""
+    if set(map(type, column)) <= {str, type(None)}:
+        return column
+    return [as_text(value) for value in column]
 
 
 def _message_columns(conn: sqlite3.Connection) -> set[str]:
