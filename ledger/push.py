@@ -154,6 +154,8 @@ class Pusher:
         Not from inside a sending loop itself, whose sends could never finish meanwhile.
         """
         with self._lock:
+            # A loop that has stopped (a test's) sends nothing any more: nothing to wait for.
+            self._senders = {k: s for k, s in self._senders.items() if _alive(s.loop)}
             senders = list(self._senders.values())
         return all(s.wait_idle(timeout) for s in senders)
 
