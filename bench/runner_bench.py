@@ -3,7 +3,8 @@
 Usage: ``.venv/bin/python bench/runner_bench.py [--quick]`` (see bench/README.md).
 
 The runner works against the in-memory work API of the runner's tests, served over HTTP on
-loopback in this same process; no Django, no database. It prints a table and writes
+loopback (in this process, or apart), and against the real server: daphne over a fresh SQLite
+database, set up as ``bench/runs_bench.py`` does. It prints a table and writes
 ``bench/results/runner.json``.
 """
 
@@ -16,6 +17,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402 - after the path set-up above
 
@@ -40,7 +43,19 @@ from zeroshot_runner.worker import Runner, RunnerSettings, TaskReport  # noqa: E
 
 RESULTS_PATH = ROOT / "bench" / "results" / "runner.json"
 PROMPT = "## Task\nFix the failing test in parser.py.\n" + "context line\n" * 200
-Fake = Callable[[int], AbstractContextManager[tuple[str, Callable[[], int]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """A work API holding queued tasks: where it is, and how many tasks it has completed."""
+
+    url: str
+    completed: Callable[[], int]
+    key: str = "test-key"
+    cluster: str = "c1"
+
+
+Fake = Callable[[int], AbstractContextManager[Api]]
 RESULT = {"summary": "fixed", "completionStatus": {"canValidate": True, "percentComplete": 100}}
 
 
@@ -69,10 +84,10 @@ def completed_count(fake: FakeWorkApi) -> int:
 
 
 @contextmanager
-def fake_here(tasks: int) -> Iterator[tuple[str, Callable[[], int]]]:
+def fake_here(tasks: int) -> Iterator[Api]:
     """The fake work API in this process, sharing the interpreter (and its GIL) with the runner."""
     with filled_fake(tasks).running() as fake:
-        yield fake.url, lambda: completed_count(fake)
+        yield Api(fake.url, lambda: completed_count(fake))
 
 
 def _serve(connection: Connection, tasks: int) -> None:
@@ -83,7 +98,7 @@ def _serve(connection: Connection, tasks: int) -> None:
 
 
 @contextmanager
-def fake_apart(tasks: int) -> Iterator[tuple[str, Callable[[], int]]]:
+def fake_apart(tasks: int) -> Iterator[Api]:
     """The fake work API in a process of its own, so that its work does not slow the runner's."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
@@ -95,10 +110,27 @@ def fake_apart(tasks: int) -> Iterator[tuple[str, Callable[[], int]]]:
         return int(ours.recv())
 
     try:
-        yield ours.recv(), count
+        yield Api(ours.recv(), count)
     finally:
         ours.send("stop")
         process.join(10)
+
+
+@contextmanager
+def server(tasks: int) -> Iterator[Api]:
+    """The real server: daphne over a fresh SQLite database, serving a running cluster with
+    ``tasks`` queued tasks (set up by bench/runs_bench.py)."""
+    import runs_bench
+
+    with (
+        tempfile.TemporaryDirectory(prefix="zeroshot-runner-bench-") as tmp,
+        runs_bench.served_cluster(f"sqlite:///{Path(tmp) / 'bench.sqlite3'}", Path(tmp), tasks) as (
+            url,
+            key,
+            completed,
+        ),
+    ):
+        yield Api(url, completed, key=key, cluster="tps")
 
 
 def work(
@@ -106,14 +138,14 @@ def work(
 ) -> list[TaskReport]:
     """Queue ``warmup + tasks`` tasks, run one runner over them, return the measured reports."""
     reports: list[TaskReport] = []
-    with fake(warmup + tasks) as (url, completed):
-        client = WorkClient(url=url, key="test-key", backoff=Backoff(attempts=2))
+    with fake(warmup + tasks) as api:
+        client = WorkClient(url=api.url, key=api.key, backoff=Backoff(attempts=2))
         runner = Runner(
             client=client,
             provider=provider,
             settings=RunnerSettings(
                 worker="bench",
-                cluster="c1",
+                cluster=api.cluster,
                 concurrency=concurrency,
                 wait=0.2,
                 lease=60.0,
@@ -125,7 +157,7 @@ def work(
         thread.start()
         thread.join()
         client.close()
-        assert completed() == warmup + tasks, "every task must complete"
+        assert api.completed() == warmup + tasks, "every task must complete"
     assert all(report.status == "completed" for report in reports)
     # Warm-up tasks are the first ones claimed.
     return sorted(reports, key=lambda report: report.claim_sent)[warmup:]
@@ -218,6 +250,24 @@ def main() -> None:
         "throughput_command_c8": throughput(
             work(echo, tasks=sizes.command_tasks, concurrency=8, warmup=sizes.warmup)
         ),
+        "overhead_scripted_no_output_server": overhead(
+            work(
+                quiet,
+                tasks=sizes.overhead_tasks,
+                concurrency=1,
+                warmup=sizes.warmup,
+                fake=server,
+            )
+        ),
+        "throughput_scripted_c8_server": throughput(
+            work(
+                quiet,
+                tasks=sizes.throughput_tasks // 4,
+                concurrency=8,
+                warmup=sizes.warmup,
+                fake=server,
+            )
+        ),
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "total_seconds": time.perf_counter() - started,
     }
@@ -236,6 +286,7 @@ def print_report(results: dict[str, Any]) -> None:
         ("overhead_scripted_no_output", "scripted, no output"),
         ("overhead_scripted_3_lines", "scripted, 3 output lines"),
         ("overhead_scripted_no_output_fake_apart", "scripted, no output, fake apart"),
+        ("overhead_scripted_no_output_server", "scripted, no output, real server"),
     ):
         row = results[key]
         start, end = row["claim_to_start_ms"], row["end_to_completed_ms"]
@@ -249,6 +300,7 @@ def print_report(results: dict[str, Any]) -> None:
         ("throughput_scripted_c1", "scripted, returns at once, c=1"),
         ("throughput_scripted_c8_fake_apart", "same, c=8, fake apart"),
         ("throughput_command_c8", "command (sh: cat; echo), c=8"),
+        ("throughput_scripted_c8_server", "scripted, c=8, real server (SQLite)"),
     ):
         row = results[key]
         rate = row["tasks_per_second"]

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +148,13 @@ def claim_latency(big: int, reps: int) -> dict[str, Any]:
     return report
 
 
-def tasks_per_second(database_url: str, data_dir: Path, tasks: int) -> dict[str, Any]:
-    """8 threads claiming and completing over HTTP against daphne on ``database_url``."""
+@contextmanager
+def served_cluster(
+    database_url: str, data_dir: Path, tasks: int, *, agents: int = 16
+) -> Iterator[tuple[str, str, Callable[[], int]]]:
+    """daphne over ``database_url`` serving a running cluster ``tps`` with ``tasks`` queued
+    tasks (one per trigger message); yields the API's URL, a key, and a count of the completed
+    tasks."""
     import httpx
 
     env = {
@@ -157,6 +164,7 @@ def tasks_per_second(database_url: str, data_dir: Path, tasks: int) -> dict[str,
         "DJANGO_SETTINGS_MODULE": "zeroshot_web.settings",
         "DJANGO_DEBUG": "0",
         "DJANGO_SECRET_KEY": "bench-only",
+        "API_RATE_LIMIT": "",
     }
     env.pop("REDIS_URL", None)
     manage = [sys.executable, str(lb.ROOT / "manage.py")]
@@ -165,11 +173,11 @@ def tasks_per_second(database_url: str, data_dir: Path, tasks: int) -> dict[str,
 from ledger.interfaces import cluster_create, message_publish_batch, MessageDraft
 from ledger.keys import api_key_create
 agents = [{{"id": f"a{{n}}", "role": "implementation", "prompt": "x",
-           "triggers": [{{"topic": f"T{{n}}"}}]}} for n in range(16)]
+           "triggers": [{{"topic": f"T{{n}}"}}]}} for n in range({agents})]
 cluster_create(cluster_id="tps", config={{"agents": agents}}, state="running")
 for start in range(0, {tasks}, 100):
     ns = range(start, min(start + 100, {tasks}))
-    drafts = [MessageDraft(topic=f"T{{n % 16}}", sender="bench") for n in ns]
+    drafts = [MessageDraft(topic=f"T{{n % {agents}}}", sender="bench") for n in ns]
     message_publish_batch(cluster_id="tps", drafts=drafts)
 print(api_key_create(name="bench")[1])
 """
@@ -194,25 +202,15 @@ print(api_key_create(name="bench")[1])
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/api/v1"
-    done = [0]
-    lock = threading.Lock()
 
-    def worker() -> None:
-        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
-            idle = 0
-            while idle < 2:
-                answer = client.post(f"{url}/tasks/claim", json={"wait": 0.5, "worker": "b"})
-                if answer.status_code == 204:
-                    idle += 1
-                    continue
-                idle = 0
-                task = answer.json()["task"]
-                client.post(
-                    f"{url}/tasks/{task['id']}/complete",
-                    json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
-                ).raise_for_status()
-                with lock:
-                    done[0] += 1
+    def completed() -> int:
+        count = (
+            "from runs.models import Task; print(Task.objects.filter(state='completed').count())"
+        )
+        out = subprocess.run(
+            [*manage, "shell", "-c", count], env=env, check=True, capture_output=True, text=True
+        )
+        return int(out.stdout.strip().splitlines()[-1])
 
     try:
         deadline = time.monotonic() + 20
@@ -222,6 +220,38 @@ print(api_key_create(name="bench")[1])
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
+        yield url.removesuffix("/api/v1"), key, completed
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def tasks_per_second(database_url: str, data_dir: Path, tasks: int) -> dict[str, Any]:
+    """8 threads claiming and completing over HTTP against daphne on ``database_url``."""
+    import httpx
+
+    done = [0]
+    lock = threading.Lock()
+    with served_cluster(database_url, data_dir, tasks) as (base, key, _):
+        url = f"{base}/api/v1"
+
+        def worker() -> None:
+            with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+                idle = 0
+                while idle < 2:
+                    answer = client.post(f"{url}/tasks/claim", json={"wait": 0.5, "worker": "b"})
+                    if answer.status_code == 204:
+                        idle += 1
+                        continue
+                    idle = 0
+                    task = answer.json()["task"]
+                    client.post(
+                        f"{url}/tasks/{task['id']}/complete",
+                        json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
+                    ).raise_for_status()
+                    with lock:
+                        done[0] += 1
+
         started = time.perf_counter()
         threads = [threading.Thread(target=worker) for _ in range(8)]
         for thread in threads:
@@ -229,9 +259,6 @@ print(api_key_create(name="bench")[1])
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - started - 1.0  # the last empty long polls
-    finally:
-        server.terminate()
-        server.wait(10)
     assert done[0] == tasks, done
     return {"tasks": tasks, "seconds": elapsed, "tasks_per_second": tasks / elapsed}
 

@@ -273,10 +273,16 @@ def json_param(value: JSON) -> Any:
     return connection.ops.adapt_json_value(value, None)
 
 
-def message_insert(rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert message rows given in ``MESSAGE_COLUMNS`` order; every other column of the
-    model gets its default. JSON values must already be adapted with ``json_param``."""
-    sql, defaults = _insert_sql(connection.vendor)
+def message_insert(
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    columns: tuple[str, ...] = MESSAGE_COLUMNS,
+    json_as_text: bool = False,
+) -> None:
+    """Insert message rows given in ``columns`` order (attribute names of ``Message``); every
+    other column of the model gets its default. JSON values are adapted with ``json_param``,
+    or, with ``json_as_text``, given as JSON text (cast to ``jsonb`` on PostgreSQL)."""
+    sql, defaults = _insert_sql(connection.vendor, columns, json_as_text)
     params = [(*row, *defaults) for row in rows] if defaults else rows
     with connection.cursor() as cursor:
         if len(params) == 1:
@@ -307,15 +313,21 @@ def _update_sql(vendor: str, fields: tuple[str, ...]) -> str:
 
 
 @cache
-def _insert_sql(vendor: str) -> tuple[str, tuple[Any, ...]]:
+def _insert_sql(
+    vendor: str, names: tuple[str, ...], json_as_text: bool
+) -> tuple[str, tuple[Any, ...]]:
     fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
-    others = [f for name, f in fields.items() if name not in MESSAGE_COLUMNS]
-    columns: list[Field[Any, Any]] = [fields[name] for name in MESSAGE_COLUMNS] + others
+    others = [f for name, f in fields.items() if name not in names]
+    columns: list[Field[Any, Any]] = [fields[name] for name in names] + others
     defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
+    text_cast = json_as_text and vendor == "postgresql"
+    placeholders = [
+        "%s::jsonb" if text_cast and f.get_internal_type() == "JSONField" else "%s" for f in columns
+    ]
     quote = connection.ops.quote_name
     sql = (
         f"INSERT INTO {quote(Message._meta.db_table)} "
         f"({', '.join(quote(f.column) for f in columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
+        f"VALUES ({', '.join(placeholders)})"
     )
     return sql, defaults

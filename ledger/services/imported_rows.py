@@ -28,6 +28,7 @@ from django.db import connection
 from ledger.errors import InvalidInput
 from ledger.models import Message
 from ledger.records import JSON, MessageRecord, event_of, replay_allowed
+from ledger.statements import message_insert
 from ledger.validation import (
     TIMESTAMP_MAX,
     TIMESTAMP_MIN,
@@ -455,23 +456,9 @@ def imported_rows_insert(*, cluster_id: str, after_sequence: int, rows: ImportRo
     ``bulk_create`` compiles every value into multi-row SQL (about 90 rows per statement on
     SQLite), which costs three times the database's own work on an import of a million rows,
     and a ``Message`` instance per row costs about as much as the INSERT itself. So: one
-    prepared one-row INSERT run by ``executemany`` over tuples zipped from the columns. Columns
-    come from the model, so a field the import does not set is inserted too, with its default.
+    prepared one-row INSERT (``ledger.statements``) run by ``executemany`` over tuples zipped
+    from the columns; a field the import does not set is inserted too, with its default.
     """
-    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
-    others = [f for name, f in fields.items() if name not in _IMPORT_COLUMNS]
-    columns = [fields[name] for name in _IMPORT_COLUMNS] + others
-    defaults = [f.get_db_prep_save(f.get_default(), connection) for f in others]
-    # JSON arrives as text: PostgreSQL casts it to jsonb, SQLite stores it as it is.
-    json_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-    placeholders = [
-        json_placeholder if f.get_internal_type() == "JSONField" else "%s" for f in columns
-    ]
-    quote = connection.ops.quote_name
-    sql = (
-        f"INSERT INTO {quote(Message._meta.db_table)} "
-        f"({', '.join(quote(f.column) for f in columns)}) VALUES ({', '.join(placeholders)})"
-    )
     count = len(rows)
     params = list(
         zip(
@@ -487,12 +474,11 @@ def imported_rows_insert(*, cluster_id: str, after_sequence: int, rows: ImportRo
             rows.replayable,
             rows.events,
             repeat(True, count),
-            *(repeat(value, count) for value in defaults),
             strict=True,
         )
     )
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+    # The JSON arrives as text: PostgreSQL casts it to jsonb, SQLite stores it as it is.
+    message_insert(params, columns=_IMPORT_COLUMNS, json_as_text=True)
 
 
 def stored_message_ids(*, cluster_id: str, ids: Sequence[str]) -> set[str]:
