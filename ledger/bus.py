@@ -1,7 +1,6 @@
 """The message bus (SPEC §1.4): in-process subscribers and live pushes, after commit.
 
-This module is the only caller of the channel layer. Services write inside
-``bus.ordered_commit(cluster_id)`` and hand their stored messages to
+Services write inside ``bus.ordered_commit(cluster_id)`` and hand their stored messages to
 ``bus.deliver_on_commit``; delivery then happens once the transaction has committed:
 
 - in commit order: the commit and the hand-over to the delivery queue happen under one lock per
