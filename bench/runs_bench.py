@@ -38,6 +38,8 @@ WORKER = {
     "role": "implementation",
     "prompt": "Do the work.",
     "triggers": [{"topic": "GO"}],
+    # Every measured trigger is an iteration: more than the default limit of 100 (SPEC §7.3).
+    "maxIterations": 100_000,
     "contextStrategy": {
         "sources": [
             {"topic": "ISSUE_OPENED", "priority": "required"},
