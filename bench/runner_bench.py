@@ -53,6 +53,9 @@ class Api:
     completed: Callable[[], int]
     key: str = "test-key"
     cluster: str = "c1"
+    # Ends the cluster once every task is done, so that ``--exit-when-done`` ends the runner
+    # (the fake ends its cluster by itself when it runs out of tasks).
+    finish: Callable[[], None] = lambda: None
 
 
 Fake = Callable[[int], AbstractContextManager[Api]]
@@ -130,7 +133,15 @@ def server(tasks: int) -> Iterator[Api]:
             completed,
         ),
     ):
-        yield Api(url, completed, key=key, cluster="tps")
+
+        def finish() -> None:
+            httpx.post(
+                f"{url}/api/v1/clusters/tps/stop",
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=30,
+            ).raise_for_status()
+
+        yield Api(url, completed, key=key, cluster="tps", finish=finish)
 
 
 def work(
@@ -155,6 +166,9 @@ def work(
         )
         thread = threading.Thread(target=runner.run)
         thread.start()
+        while thread.is_alive() and len(reports) < warmup + tasks:
+            time.sleep(0.05)
+        api.finish()
         thread.join()
         client.close()
         assert api.completed() == warmup + tasks, "every task must complete"
@@ -188,9 +202,9 @@ def throughput(reports: list[TaskReport]) -> dict[str, Any]:
     return {"tasks": len(reports), "seconds": seconds, "tasks_per_second": len(reports) / seconds}
 
 
-def scripted(lines: int) -> ScriptedProvider:
+def scripted(lines: int, agents: tuple[str, ...] = ("worker",)) -> ScriptedProvider:
     entry = {"result": RESULT, "output": [f"step {n}" for n in range(lines)]}
-    return ScriptedProvider(script_from_json({"worker": [entry]}))
+    return ScriptedProvider(script_from_json({agent: [entry] for agent in agents}))
 
 
 def main() -> None:
@@ -202,6 +216,8 @@ def main() -> None:
     load_before = os.getloadavg()
 
     quiet = scripted(0)
+    # The served cluster's agents (runs_bench.served_cluster): a0 … a15.
+    served_quiet = scripted(0, tuple(f"a{n}" for n in range(16)))
     chatty = scripted(3)
     echo = CommandProvider(
         command=f"cat >/dev/null; echo '{json.dumps(RESULT)}'", default_timeout=30.0
@@ -252,7 +268,7 @@ def main() -> None:
         ),
         "overhead_scripted_no_output_server": overhead(
             work(
-                quiet,
+                served_quiet,
                 tasks=sizes.overhead_tasks,
                 concurrency=1,
                 warmup=sizes.warmup,
@@ -261,7 +277,7 @@ def main() -> None:
         ),
         "throughput_scripted_c8_server": throughput(
             work(
-                quiet,
+                served_quiet,
                 tasks=sizes.throughput_tasks // 4,
                 concurrency=8,
                 warmup=sizes.warmup,
