@@ -28,7 +28,7 @@ from django.db import connection
 from ledger.errors import InvalidInput
 from ledger.models import Message
 from ledger.records import JSON, MessageRecord, event_of, replay_allowed
-from ledger.statements import message_insert
+from ledger.statements import MESSAGE_COLUMNS, message_insert
 from ledger.validation import (
     TIMESTAMP_MAX,
     TIMESTAMP_MIN,
@@ -53,21 +53,9 @@ _LOOKUP_CHUNK = 5000
 # SQLite's page cache while an import runs, in KiB: the indexes of a large cluster (the random
 # message ids above all) stay in memory instead of being spilled to the WAL and read back.
 IMPORT_CACHE_KIB = 256 * 1024
-# The columns an import sets itself, in the order ``imported_rows_insert`` binds them.
-_IMPORT_COLUMNS = (
-    "cluster_id",
-    "message_id",
-    "sequence",
-    "timestamp",
-    "topic",
-    "sender",
-    "receiver",
-    "content",
-    "metadata",
-    "replayable",
-    "event",
-    "imported",
-)
+# The columns an import sets itself, in the order ``imported_rows_insert`` binds them: those of
+# a publish up to its idempotency columns, then the mark of an import.
+_IMPORT_COLUMNS = (*MESSAGE_COLUMNS[: MESSAGE_COLUMNS.index("idempotency_key")], "imported")
 T = TypeVar("T")
 
 
