@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from channels.layers import get_channel_layer
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.db import connection
 from django.test import override_settings
 
@@ -75,6 +76,10 @@ class Listener:
     def __init__(self, cluster_id: str) -> None:
         self.loop = pusher._own_loop()
         self.layer = get_channel_layer()
+        if not isinstance(self.layer, InMemoryChannelLayer):
+            # A layer of its own: a Redis layer receives on one event loop only, and the tests
+            # after this one receive on theirs. (In memory, groups live in the one instance.)
+            self.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
         self.group = cluster_group(cluster_id)
         self.channel = self._run(self.layer.new_channel())
         self._run(self.layer.group_add(self.group, self.channel))
