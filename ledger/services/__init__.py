@@ -18,6 +18,7 @@ from ledger.services.clusters import (
 )
 from ledger.services.drafts import MessageDraft, drafts_check, message_draft_check
 from ledger.services.imported_rows import (
+    ImportedMessage,
     ImportRows,
     import_cache,
     imported_messages_check,
@@ -28,7 +29,6 @@ from ledger.services.publish import message_publish, message_publish_batch, now_
 from ledger.services.writer import (
     STATE_BY_TOPIC,
     ClusterWriter,
-    ImportedMessage,
     cluster_transaction,
 )
 

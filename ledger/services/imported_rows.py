@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from itertools import repeat
 from json.encoder import encode_basestring
 from operator import add
@@ -206,8 +207,8 @@ def imported_rows(messages: Sequence[Importable], *, now: int | None = None) -> 
 
 
 @dataclass(frozen=True, slots=True)
-class _Parsed:
-    """One message rebuilt from JSON columns, for the row-by-row check of a suspect row."""
+class ImportedMessage:
+    """A message from another ledger: its id and timestamp are kept as they are."""
 
     id: str
     timestamp: int
@@ -216,6 +217,13 @@ class _Parsed:
     receiver: str
     content: dict[str, JSON]
     metadata: JSON
+
+    def as_record(self, *, cluster_id: str, sequence: int) -> MessageRecord:
+        """The record of this message once stored at ``sequence`` in a cluster."""
+        fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
+        if not isinstance(self.content, dict):
+            fields["content"] = {}
+        return MessageRecord(cluster_id=cluster_id, sequence=sequence, **fields)
 
 
 def imported_rows_from_json(
@@ -259,7 +267,7 @@ def imported_rows_from_json(
             content["text"] = texts[index]
         if data[index] is not None:
             content["data"] = data_values[index]
-        message = _Parsed(
+        message = ImportedMessage(
             id=ids[index],
             timestamp=timestamps[index],
             topic=topics[index],

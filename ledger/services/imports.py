@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ledger.records import MessageRecord
-from ledger.services.writer import ImportedMessage, cluster_transaction
+from ledger.services.imported_rows import ImportedMessage
+from ledger.services.writer import cluster_transaction
 
 
 def message_import_batch(

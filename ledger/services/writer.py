@@ -17,7 +17,6 @@ import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -25,10 +24,11 @@ from django.db import IntegrityError, transaction
 from ledger.bus import bus
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.models import Cluster, ClusterState, Message
-from ledger.records import JSON, MessageRecord, event_of, replay_allowed
+from ledger.records import MessageRecord, event_of, replay_allowed
 from ledger.selectors import message_record
 from ledger.services.drafts import MessageDraft, drafts_check
 from ledger.services.imported_rows import (
+    ImportedMessage,
     ImportRows,
     imported_rows,
     imported_rows_insert,
@@ -44,26 +44,6 @@ from ledger.statements import (
 from ledger.validation import text_problem
 
 STATE_BY_TOPIC = {"CLUSTER_COMPLETE": ClusterState.COMPLETED, "CLUSTER_FAILED": ClusterState.FAILED}
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedMessage:
-    """A message from another ledger: its id and timestamp are kept as they are."""
-
-    id: str
-    timestamp: int
-    topic: str
-    sender: str
-    receiver: str
-    content: dict[str, JSON]
-    metadata: JSON
-
-    def as_record(self, *, cluster_id: str, sequence: int) -> MessageRecord:
-        """The record of this message once stored at ``sequence`` in a cluster."""
-        fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
-        if not isinstance(self.content, dict):
-            fields["content"] = {}
-        return MessageRecord(cluster_id=cluster_id, sequence=sequence, **fields)
 
 
 @contextmanager
