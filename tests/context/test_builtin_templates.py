@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from context.cluster_templates import template_builtin_list, template_parse, template_resolve
+from tests.fixtures import ZEROSHOT
 
 BUILTINS = template_builtin_list()
 NAMES = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]
-FIXTURE_TEMPLATES = (
-    Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot" / "templates"
-)
+FIXTURE_TEMPLATES = ZEROSHOT / "templates"
 # Topics an agent may read without another agent of the cluster publishing them (SPEC §2.1).
 EXEMPT_SOURCES = {"ISSUE_OPENED", "CLUSTER_RESUMED", "STATE_SNAPSHOT"}
 
@@ -133,7 +131,6 @@ def _shingles(text: str, size: int = 8) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + size]) for i in range(len(words) - size + 1)}
 
 
-@pytest.mark.skipif(not FIXTURE_TEMPLATES.is_dir(), reason="zeroshot fixtures not available")
 def test_prompts_are_our_own_words() -> None:
     # given every prompt zeroshot ships
     theirs: set[tuple[str, ...]] = set()

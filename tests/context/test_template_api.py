@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import html
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -12,12 +11,11 @@ from django.core.management import call_command
 
 from context.services.templates import template_get, templates_load_builtin
 from tests.conftest import ApiClient
+from tests.fixtures import ZEROSHOT
 
 pytestmark = pytest.mark.django_db
 
-FIXTURE_TEMPLATES = (
-    Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot" / "templates"
-)
+FIXTURE_TEMPLATES = ZEROSHOT / "templates"
 BUILTIN_NAMES = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]
 
 
@@ -48,7 +46,6 @@ def test_list_and_get(api: ApiClient) -> None:
     assert missing.json()["code"] == "not_found"
 
 
-@pytest.mark.skipif(not FIXTURE_TEMPLATES.is_dir(), reason="zeroshot fixtures not found")
 def test_the_seven_zeroshot_templates_import_and_are_listed(api: ApiClient) -> None:
     # when zeroshot's seven templates are imported
     paths = sorted(FIXTURE_TEMPLATES.glob("*.json"))

@@ -1,25 +1,17 @@
-"""The seven zeroshot templates in ``../shared/fixtures/zeroshot/templates`` parse and resolve.
-
-The fixtures live beside the checkout and are never copied into the repository; without them
-the whole module is skipped.
-"""
+"""The seven zeroshot templates in ``tests/fixtures/zeroshot/templates`` parse and resolve."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from context.cluster_templates import TemplateError, template_parse, template_resolve
+from tests.fixtures import ZEROSHOT
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot"
-TEMPLATES = FIXTURES / "templates"
-
-if not TEMPLATES.is_dir():
-    pytest.skip(f"zeroshot fixtures not found in {TEMPLATES}", allow_module_level=True)
+TEMPLATES = ZEROSHOT / "templates"
 
 NAMES = sorted(path.stem for path in TEMPLATES.glob("*.json"))
 # zeroshot declares task_type without a default: its conductor always passes one.

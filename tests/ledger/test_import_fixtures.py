@@ -1,8 +1,4 @@
-"""Importing the real zeroshot ledger kept beside the checkout (SPEC §5, §6.5).
-
-The samples live in ``../shared/fixtures/zeroshot`` and are never copied into the repository, so
-this module is skipped where that folder is absent.
-"""
+"""Importing the real zeroshot ledger of ``tests/fixtures/zeroshot`` (SPEC §5, §6.5)."""
 
 from __future__ import annotations
 
@@ -15,10 +11,9 @@ import pytest
 from ledger.importing import zeroshot_import
 from ledger.selectors import cluster_get, message_tail
 from ledger.zeroshot import open_snapshot, read_messages
+from tests.fixtures import ZEROSHOT
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot"
-if not FIXTURES.is_dir():
-    pytest.skip(f"zeroshot fixtures not found at {FIXTURES}", allow_module_level=True)
+FIXTURES = ZEROSHOT
 
 # The snapshotter must get the chance to react (it does not to imports): commits happen.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,15 +1,12 @@
-"""Interop with real files written by zeroshot (SPEC §6.5), kept beside the checkout.
+"""Interop with real files written by zeroshot (SPEC §6.5), kept in ``tests/fixtures/zeroshot``.
 
-The samples live in ``../shared/fixtures/zeroshot`` and are never copied into the repository, so
-this module is skipped where that folder is absent. They are only ever read through copies.
+They are only ever read through copies.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-
-import pytest
 
 from ledger.zeroshot import (
     ZeroshotMessage,
@@ -19,10 +16,9 @@ from ledger.zeroshot import (
     read_clusters_json,
     read_messages,
 )
+from tests.fixtures import ZEROSHOT
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot"
-if not FIXTURES.is_dir():
-    pytest.skip(f"zeroshot fixtures not found at {FIXTURES}", allow_module_level=True)
+FIXTURES = ZEROSHOT
 
 CLUSTER = "emerald-prism-4"
 LEDGER = FIXTURES / f"{CLUSTER}.db"

@@ -1,7 +1,6 @@
 """zeroshot's own template scripts, run unchanged, both ways they can go.
 
-The templates live beside the checkout (``../shared/fixtures/zeroshot/templates``) and are never
-copied into the repository; without them the whole module is skipped. Each row evaluates one
+The templates are kept in ``tests/fixtures/zeroshot/templates``. Each row evaluates one
 script of one template on a ledger built for it; ``test_every_script_has_rows`` checks that the
 rows cover every script the templates hold.
 """
@@ -11,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,12 +26,10 @@ from runs.logic import (
     transform_evaluate,
     trigger_logic_evaluate,
 )
+from tests.fixtures import ZEROSHOT
 from tests.runs.ledger_data import Run
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot" / "templates"
-
-if not TEMPLATES.is_dir():
-    pytest.skip(f"zeroshot fixtures not found in {TEMPLATES}", allow_module_level=True)
+TEMPLATES = ZEROSHOT / "templates"
 
 # Params that switch on agents whose scripts would otherwise be dropped by their condition.
 PARAMS: dict[str, dict[str, Any]] = {

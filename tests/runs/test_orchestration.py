@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from context.services.templates import (
 from ledger.interfaces import MessageFilter, cluster_get, message_query
 from runs.models import Task
 from tests.conftest import ApiClient
+from tests.fixtures import ZEROSHOT
 from tests.runs.conftest import ScriptedWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +25,7 @@ def _templates(builtin_templates: None) -> None:
     pass
 
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "zeroshot" / "templates"
+FIXTURES = ZEROSHOT / "templates"
 
 
 def implementation(summary: str) -> dict[str, Any]:
@@ -138,8 +138,6 @@ def test_the_second_worker_build_reads_only_what_came_after_its_last_task(api: A
 
 def zeroshot_template(name: str, params: dict[str, Any]) -> str:
     """A cluster of one of zeroshot's own templates, imported as it is."""
-    if not FIXTURES.is_dir():
-        pytest.skip("zeroshot's fixtures are not beside this checkout")
     body = json.loads((FIXTURES / f"{name}.json").read_text())
     template_save(name=f"zeroshot-{name}", body=body)
     return cluster_create_from_template(template_name=f"zeroshot-{name}", params=params).id
