@@ -75,6 +75,8 @@ class Completed:
     result: dict[str, JSON] | None
     output: str
     usage: Usage | None = None
+    # How often the agent was asked again for a usable answer (output repair).
+    repairs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Failed:
 
     error: str
     retryable: bool
+    repairs: int = 0
 
 
 Outcome = Completed | Failed
