@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from zeroshot_runner.processes import end_group
+from zeroshot_runner.providers.agent_cli import AgentCli
 from zeroshot_runner.providers.base import Job
 from zeroshot_runner.records import Claim, Failed, Outcome
 from zeroshot_runner.repair import Repair, Reply, run_with_repair
@@ -29,17 +30,25 @@ _WITHHELD = ("ZEROSHOT_WEB_KEY",)
 
 
 class CommandProvider:
-    """Runs ``command`` with ``sh -c`` in a process group of its own, one process per task."""
+    """Runs ``command`` with ``sh -c`` in a process group of its own, one process per task.
+
+    With ``agent_cli`` it runs a named agent CLI instead (``claude``, ``codex``, …): the CLI's
+    own command line, its stream read as it arrives, its session resumed for output repair.
+    """
 
     def __init__(
         self,
         *,
-        command: str,
+        command: str | None = None,
         default_timeout: float,
         kill_grace: float = 5.0,
         environment: Mapping[str, str] | None = None,
+        agent_cli: AgentCli | None = None,
     ) -> None:
+        if (command is None) == (agent_cli is None):
+            raise ValueError("a command provider runs either a command or an agent CLI")
         self.command = command
+        self.agent_cli = agent_cli
         self.default_timeout = default_timeout
         self.kill_grace = kill_grace
         self.environment = dict(os.environ if environment is None else environment)
@@ -50,11 +59,23 @@ class CommandProvider:
         """Run the command for one task until it exits, times out or is stopped."""
         claim = job.claim
         timeout = claim.agent.timeout_ms / 1000 if claim.agent.timeout_ms else self.default_timeout
+        if self.agent_cli is not None:
+
+            def execute(
+                job: Job, argv: tuple[str, ...], *, stdin: str, on_line: Callable[[str], None]
+            ) -> str | Failed:
+                return self.execute(
+                    job, argv, shell=False, stdin=stdin, timeout=timeout, on_line=on_line
+                )
+
+            return self.agent_cli.run(job, execute)
+        command = self.command
+        assert command is not None
 
         def attempt(repair: Repair | None) -> Reply | Failed:
             # No session to go back to: a repair runs the command again, its prompt extended.
             prompt = claim.prompt if repair is None else f"{claim.prompt}\n\n{repair.prompt}"
-            ran = self.execute(job, self.command, shell=True, stdin=prompt, timeout=timeout)
+            ran = self.execute(job, command, shell=True, stdin=prompt, timeout=timeout)
             if isinstance(ran, Failed):
                 return ran
             return Reply(read=read_agent_output(ran))
