@@ -116,7 +116,8 @@ def claim_from_wire(body: JSON) -> Claim:
     return Claim(
         task_id=_text(task.get("id"), "task.id"),
         lease_id=_text(task.get("lease_id"), "task.lease_id"),
-        cluster_id=_optional_text(task.get("cluster")),
+        # The server names it cluster_id (its TaskOut); "cluster" is read as well.
+        cluster_id=_optional_text(task.get("cluster_id")) or _optional_text(task.get("cluster")),
         agent_id=spec.id,
         iteration=iteration,
         prompt=prompt,

@@ -272,7 +272,7 @@ class FakeWorkApi:
                 "task": {
                     "id": task.id,
                     "lease_id": task.lease_id,
-                    "cluster": task.cluster,
+                    "cluster_id": task.cluster,
                     "agent_id": task.agent["id"],
                     "iteration": task.iteration,
                     "attempts": task.attempts,
