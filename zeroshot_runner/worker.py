@@ -58,7 +58,7 @@ class RunnerSettings:
     # How long a stopping runner waits for its agents to end before failing their tasks itself.
     stop_grace: float = 10.0
     # With exit_when_done: how often the cluster's state is read.
-    watch_interval: float = 0.25
+    watch_interval: float = 0.4
     # How often a cluster whose worktree no task uses is asked whether it has ended.
     workspace_check: float = 2.0
     # Runner pools (issue 19): sent with each claim once the server filters on them.
