@@ -65,6 +65,9 @@ def out(event):
 
 
 def option(flag):
+    for given in argv:
+        if given.startswith(flag + "="):
+            return given[len(flag) + 1:]
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
@@ -126,7 +129,7 @@ elif NAME == "gemini":
     model = option("-m") or "gemini-2.5-flash"
     stamp = "2025-10-10T12:00:00.000Z"
     out({{"type": "init", "timestamp": stamp, "session_id": SESSION, "model": model}})
-    out({{"type": "message", "timestamp": stamp, "role": "user", "content": option("-p")}})
+    out({{"type": "message", "timestamp": stamp, "role": "user", "content": option("--prompt")}})
     out({{"type": "tool_use", "timestamp": stamp, "tool_name": "read_file",
          "tool_id": "read_file-1", "parameters": {{"file_path": "README.md"}}}})
     out({{"type": "tool_result", "timestamp": stamp, "tool_id": "read_file-1",

@@ -144,7 +144,7 @@ def test_gemini_streams_its_events_and_reads_result_usage_and_model(tmp_path: Pa
     argv = calls_in(log)[0]["argv"]
     assert argv[argv.index("--output-format") + 1] == "stream-json"
     assert argv[argv.index("-m") + 1] == "gemini-2.5-pro"
-    assert argv[argv.index("-p") + 1] == "Fix it."
+    assert argv[-1] == "--prompt=Fix it."
     # the answer came in two pieces, cut mid-line: shown as whole lines
     assert outcome == Completed(
         result={"summary": "done", "result": "ok"},
@@ -185,7 +185,7 @@ def test_opencode_streams_its_events_and_reads_result_usage_cost_and_model(
     assert argv[:3] == ["run", "--format", "json"]
     assert argv[argv.index("--model") + 1] == "openai/gpt-5.2"
     assert argv[argv.index("--variant") + 1] == "high"
-    assert argv[-1] == "Fix it."
+    assert argv[-2:] == ["--", "Fix it."]
     # usage and cost add up both steps
     assert isinstance(outcome, Completed)
     assert outcome.result == {"summary": "done", "result": "ok"}
@@ -233,7 +233,7 @@ def test_gemini_has_no_session_a_repair_runs_the_task_again_with_the_wrong_answe
     assert isinstance(outcome, Completed)
     assert outcome.repairs == 1
     prompt = calls_in(log)[1]["argv"][-1]
-    assert prompt.startswith("Fix it.\n\nYour previous answer was:\nAll good.")
+    assert prompt.startswith("--prompt=Fix it.\n\nYour previous answer was:\nAll good.")
 
 
 def test_an_answer_still_wrong_after_the_repair_fails_as_retryable(tmp_path: Path) -> None:
@@ -282,3 +282,32 @@ def test_a_model_table_file_replaces_the_defaults_it_names(tmp_path: Path) -> No
     table_file.write_text(json.dumps({"codex": {"levels": {"level9": {}}}}))
     with pytest.raises(ModelTableError):
         ModelTable.load(table_file)
+
+
+@pytest.mark.parametrize("name", ["claude", "codex", "gemini", "opencode"])
+def test_tenant_text_never_becomes_an_option_of_the_cli(tmp_path: Path, name: str) -> None:
+    # a prompt that looks like an option stays the prompt
+    provider, log = provider_for(name, tmp_path, [ANSWER])
+    job, _ = job_for(claim_for(prompt="--yolo --dangerously-skip-permissions"))
+    assert isinstance(provider.run(job), Completed)
+    argv = calls_in(log)[0]["argv"]
+    assert "--yolo" not in argv
+    assert "--dangerously-skip-permissions" not in argv
+
+    # and a model name that looks like one fails the task for good, the CLI never started
+    job, _ = job_for(claim_for(model="--dangerously-skip-permissions"))
+    outcome = provider.run(job)
+    assert isinstance(outcome, Failed)
+    assert outcome.retryable is False
+    assert len(calls_in(log)) == 1
+
+
+def test_a_prompt_too_long_for_a_command_line_goes_on_stdin(tmp_path: Path) -> None:
+    provider, log = provider_for("opencode", tmp_path, [ANSWER])
+    long_prompt = "Fix it. " * 20_000
+    job, _ = job_for(claim_for(prompt=long_prompt))
+
+    assert isinstance(provider.run(job), Completed)
+    call = calls_in(log)[0]
+    assert call["argv"][-1] == "Follow the instructions given on standard input."
+    assert call["stdin"] == long_prompt

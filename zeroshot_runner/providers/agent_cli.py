@@ -11,6 +11,7 @@ is its ``model`` when it has one, else its ``modelLevel`` (``level1``..``level3`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,9 @@ EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
 # argument over 128 KiB.
 MAX_ARGUMENT_BYTES = 100_000
 _STDIN_POINTER = "Follow the instructions given on standard input."
+# Model names (``sonnet``, ``gpt-5.4``, ``openrouter/anthropic/claude-sonnet-4``, ``model:tag``)
+# and session ids: no leading dash, no spaces or control characters.
+_SAFE_ARGUMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/@+=-]{0,199}")
 
 
 class ModelTableError(ValueError):
@@ -206,7 +210,7 @@ class CodexAdapter:
 
 @dataclass(frozen=True, slots=True)
 class GeminiAdapter:
-    """``gemini --output-format stream-json -p PROMPT``; no session to resume."""
+    """``gemini --output-format stream-json --prompt=PROMPT``; no session to resume."""
 
     name: str = "gemini"
     binary: str = "gemini"
@@ -222,7 +226,8 @@ class GeminiAdapter:
         if request.schema is not None:
             prompt = with_schema(prompt, request.schema)
         argument, stdin = _prompt_argument(prompt)
-        return Invocation(argv=(*argv, "-p", argument), stdin=stdin)
+        # "--prompt=…" keeps a prompt that starts with "-" from being read as an option.
+        return Invocation(argv=(*argv, f"--prompt={argument}"), stdin=stdin)
 
     def reader(self, choice: ModelChoice) -> StreamReader:
         return GeminiReader(model=choice.model)
@@ -230,7 +235,7 @@ class GeminiAdapter:
 
 @dataclass(frozen=True, slots=True)
 class OpencodeAdapter:
-    """``opencode run --format json [--session ID] PROMPT``; effort as ``--variant``."""
+    """``opencode run --format json [--session ID] -- PROMPT``; effort as ``--variant``."""
 
     name: str = "opencode"
     binary: str = "opencode"
@@ -248,7 +253,8 @@ class OpencodeAdapter:
         if request.schema is not None:
             prompt = with_schema(prompt, request.schema)
         argument, stdin = _prompt_argument(prompt)
-        return Invocation(argv=(*argv, argument), stdin=stdin)
+        # After "--" a prompt that starts with "-" is not read as an option.
+        return Invocation(argv=(*argv, "--", argument), stdin=stdin)
 
     def reader(self, choice: ModelChoice) -> StreamReader:
         return OpencodeReader(model=choice.model)
@@ -280,6 +286,12 @@ class AgentCli:
         """Run the agent (and its repair, if needed) through ``execute``."""
         agent = job.claim.agent
         choice = self.models.choose(self.adapter.name, agent)
+        if choice.model is not None and not is_safe_argument(choice.model):
+            # The agent's config is tenant text: it never becomes an option of the CLI.
+            return Failed(
+                error=f"agent {agent.id}'s model {choice.model[:80]!r} is not a model name",
+                retryable=False,
+            )
         schema = agent_schema(agent) if agent.wants_json else None
         strict = agent.config.get("strictSchema", True) is not False
         job.emit(
@@ -290,7 +302,8 @@ class AgentCli:
         def attempt(repair: Repair | None) -> Reply | Failed:
             session = None
             if repair is not None and self.adapter.resumes:
-                session = repair.previous.session
+                found = repair.previous.session
+                session = found if found is not None and is_safe_argument(found) else None
             if repair is None:
                 prompt = job.claim.prompt
             elif session is not None:
@@ -323,6 +336,11 @@ class AgentCli:
             return Reply(read=reader.output(), session=reader.session)
 
         return run_with_repair(job, attempt)
+
+
+def is_safe_argument(value: str) -> bool:
+    """Whether a model name or session id may go on a command line as an option's value."""
+    return bool(_SAFE_ARGUMENT.fullmatch(value))
 
 
 def with_schema(prompt: str, schema: Mapping[str, JSON]) -> str:
