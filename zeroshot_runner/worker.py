@@ -280,7 +280,13 @@ class Runner:
         for cluster in self.workspaces.open_clusters():
             try:
                 state = self.client.cluster_state(cluster)
-            except (Unavailable, ApiError, ProtocolError) as error:
+            except ApiError as error:
+                if error.status != 404:
+                    log.warning("cannot read the state of cluster %s: %s", cluster, error)
+                    continue
+                # A deleted cluster has ended too: its work is kept on the branch.
+                state = "deleted"
+            except (Unavailable, ProtocolError) as error:
                 log.warning("cannot read the state of cluster %s: %s", cluster, error)
                 continue
             if state in ACTIVE_CLUSTER_STATES:

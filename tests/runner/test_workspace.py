@@ -155,3 +155,24 @@ def test_a_path_that_is_not_a_repository_or_an_unknown_base_is_refused(tmp_path:
 def test_an_unknown_base_is_refused(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError):
         WorktreeWorkspaces(repo=repo, root=tmp_path / "w", base="no-such-ref")
+
+
+def test_a_deleted_clusters_worktree_is_removed_and_its_branch_kept(
+    work_api: FakeWorkApi, repo: Path, tmp_path: Path
+) -> None:
+    work_api.cluster_states["doomed"] = "running"
+    provider = CommandProvider(
+        command=agent_script(tmp_path, 'import sys; sys.stdin.read(); print("{}")'),
+        default_timeout=30.0,
+    )
+    workspaces = WorktreeWorkspaces(repo=repo, root=tmp_path / "worktrees")
+    with runner_on(work_api, provider, workspaces=workspaces, workspace_check=0.1) as runner:
+        task = work_api.add_task(cluster="doomed")
+        assert wait_until(lambda: work_api.tasks[task].state == "completed")
+        assert (tmp_path / "worktrees" / "doomed").exists()
+        # when the cluster is deleted (the server answers 404)
+        del work_api.cluster_states["doomed"]
+        del work_api.tasks[task]
+        assert wait_until(lambda: not (tmp_path / "worktrees" / "doomed").exists())
+        runner.stop()
+    assert git(repo, "rev-parse", "--verify", "zeroshot/doomed")
