@@ -9,16 +9,22 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from zeroshot_runner.client import WorkClient
+from zeroshot_runner.providers.agent_cli import ADAPTERS, AgentCli, ModelTable, ModelTableError
 from zeroshot_runner.providers.base import Provider
 from zeroshot_runner.providers.command import CommandProvider
 from zeroshot_runner.providers.openai import OpenAIProvider
+from zeroshot_runner.providers.routing import ProviderSet
 from zeroshot_runner.providers.scripted import ScriptedProvider, ScriptError
 from zeroshot_runner.worker import Runner, RunnerSettings
+from zeroshot_runner.workspace import WorkspaceError, Workspaces, WorktreeWorkspaces
+
+PROVIDERS = ("claude", "codex", "gemini", "opencode", "command", "openai", "scripted")
 
 MAX_WAIT = 30.0
 # Beyond the agents' own kill grace, how long a stopping runner waits before failing their
@@ -94,8 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     agents = parser.add_argument_group("how agents run")
-    agents.add_argument("--provider", choices=["command", "openai", "scripted"], required=True)
+    agents.add_argument(
+        "--provider",
+        type=_provider_names,
+        required=True,
+        metavar="NAME[,NAME…]",
+        help=f"one or more of {', '.join(PROVIDERS)}; with several, the agent's `provider` "
+        "picks one (the first serves agents that name none)",
+    )
     agents.add_argument("--command", help="command: the shell command that runs an agent")
+    agents.add_argument(
+        "--models",
+        type=Path,
+        metavar="FILE",
+        help="claude/codex/gemini/opencode: a JSON file of model levels per provider, "
+        "replacing the defaults it names",
+    )
+    agents.add_argument(
+        "--auto-approve",
+        action="store_true",
+        help="claude/codex/gemini: run the CLI unattended, its tools allowed without asking "
+        "(needed for agents that edit files; use it with --workspace worktree)",
+    )
     agents.add_argument(
         "--base-url",
         default=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
@@ -118,6 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="command: from SIGTERM to SIGKILL of an agent's processes (default: 5)",
     )
 
+    place = parser.add_argument_group("where agents run")
+    place.add_argument(
+        "--workspace",
+        choices=["none", "worktree"],
+        default="none",
+        help="none: in this directory (default); worktree: in a git worktree and branch of "
+        "each cluster's own, removed when the cluster ends (the branch is kept)",
+    )
+    place.add_argument("--repo", type=Path, help="worktree: the git repository")
+    place.add_argument("--base", help="worktree: what new branches start from (default: HEAD)")
+    place.add_argument(
+        "--worktrees",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "zeroshot-worktrees",
+        metavar="DIR",
+        help="worktree: where the worktrees go (default: %(default)s)",
+    )
+
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -134,8 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.exit_when_done and not args.cluster:
         parser.error("--exit-when-done needs --cluster")
     try:
-        provider = _provider(args)
-    except (ScriptError, ValueError) as error:
+        provider = ProviderSet({name: _provider(args, name) for name in args.provider})
+        workspaces = _workspaces(args)
+    except (ScriptError, ModelTableError, WorkspaceError, ValueError) as error:
         parser.error(str(error))
 
     logging.basicConfig(
@@ -160,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             exit_when_done=args.exit_when_done,
             stop_grace=args.kill_grace + _STOP_MARGIN,
         ),
+        workspaces=workspaces,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -167,10 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     logging.getLogger(__name__).info(
-        "runner %s: %s provider, %d slot(s), server %s",
+        "runner %s: %s provider, %d slot(s), workspace %s, server %s",
         args.worker,
-        args.provider,
+        ",".join(args.provider),
         args.concurrency,
+        args.workspace,
         client.base_url,
     )
     try:
@@ -182,14 +229,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         client.close()
 
 
-def _provider(args: argparse.Namespace) -> Provider:
-    if args.provider == "command":
+def _provider(args: argparse.Namespace, name: str) -> Provider:
+    if name in ADAPTERS:
+        return CommandProvider(
+            default_timeout=args.timeout,
+            kill_grace=args.kill_grace,
+            agent_cli=AgentCli(
+                adapter=ADAPTERS[name],
+                models=ModelTable.load(args.models),
+                auto_approve=args.auto_approve,
+            ),
+        )
+    if name == "command":
         if not args.command:
             raise ValueError("--provider command needs --command")
         return CommandProvider(
             command=args.command, default_timeout=args.timeout, kill_grace=args.kill_grace
         )
-    if args.provider == "scripted":
+    if name == "scripted":
         if args.script is None:
             raise ValueError("--provider scripted needs --script")
         return ScriptedProvider.from_file(args.script)
@@ -199,6 +256,29 @@ def _provider(args: argparse.Namespace) -> Provider:
         api_key=os.environ.get("OPENAI_API_KEY"),
         default_timeout=args.timeout,
     )
+
+
+def _workspaces(args: argparse.Namespace) -> Workspaces | None:
+    if args.workspace == "none":
+        if args.repo is not None or args.base is not None:
+            raise ValueError("--repo and --base go with --workspace worktree")
+        return None
+    if args.repo is None:
+        raise ValueError("--workspace worktree needs --repo")
+    return WorktreeWorkspaces(repo=args.repo, root=args.worktrees, base=args.base)
+
+
+def _provider_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in PROVIDERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown provider {', '.join(unknown) or repr(text)}; "
+            f"one or more of {', '.join(PROVIDERS)}"
+        )
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError("a provider is named twice")
+    return names
 
 
 def _positive_int(text: str) -> int:

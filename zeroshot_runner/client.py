@@ -11,7 +11,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -96,9 +96,15 @@ class WorkClient:
         cluster: str | None = None,
         agents: Sequence[str] = (),
         roles: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+        providers: Sequence[str] = (),
         interrupt: threading.Event | None = None,
     ) -> Claim | None:
-        """Claim one task, long-polling up to ``wait`` seconds; ``None`` when there is none."""
+        """Claim one task, long-polling up to ``wait`` seconds; ``None`` when there is none.
+
+        ``labels`` and ``providers`` (runner pools) go only when given: a server that does not
+        filter on them refuses the fields.
+        """
         body: dict[str, JSON] = {"worker": worker, "wait": wait, "lease": lease}
         if cluster is not None:
             body["cluster"] = cluster
@@ -106,6 +112,10 @@ class WorkClient:
             body["agents"] = list(agents)
         if roles:
             body["roles"] = list(roles)
+        if labels:
+            body["labels"] = dict(labels)
+        if providers:
+            body["providers"] = list(providers)
         response = self._send(
             "POST", "/tasks/claim", body, timeout=wait + _POLL_MARGIN, interrupt=interrupt
         )
@@ -144,6 +154,18 @@ class WorkClient:
             "POST",
             f"/tasks/{_segment(task_id)}/fail",
             {"lease_id": lease_id, "error": error, "retryable": retryable},
+            backoff=self.finish_backoff,
+        )
+
+    def publish(self, cluster_id: str, message: Mapping[str, JSON]) -> None:
+        """Publish one message on the cluster's ledger (``POST /clusters/{id}/messages``).
+
+        Give it an ``idempotency_key``: a retry after a lost answer then stores nothing twice.
+        """
+        self._send(
+            "POST",
+            f"/clusters/{_segment(cluster_id)}/messages",
+            dict(message),
             backoff=self.finish_backoff,
         )
 

@@ -75,6 +75,8 @@ class Completed:
     result: dict[str, JSON] | None
     output: str
     usage: Usage | None = None
+    # How often the agent was asked again for a usable answer (output repair).
+    repairs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Failed:
 
     error: str
     retryable: bool
+    repairs: int = 0
 
 
 Outcome = Completed | Failed
@@ -113,7 +116,8 @@ def claim_from_wire(body: JSON) -> Claim:
     return Claim(
         task_id=_text(task.get("id"), "task.id"),
         lease_id=_text(task.get("lease_id"), "task.lease_id"),
-        cluster_id=_optional_text(task.get("cluster")),
+        # The server names it cluster_id (its TaskOut); "cluster" is read as well.
+        cluster_id=_optional_text(task.get("cluster_id")) or _optional_text(task.get("cluster")),
         agent_id=spec.id,
         iteration=iteration,
         prompt=prompt,

@@ -57,7 +57,7 @@ def read_agent_output(output: str) -> AgentOutput:
     objects = list(top_level_objects(output))
     last = objects[-1] if objects else None
     if last is not None and _is_claude_envelope(last):
-        return _read_claude_envelope(last)
+        return read_claude_envelope(last)
     if last is not None and _is_codex_stream(objects):
         return _read_codex_events(objects)
     return AgentOutput(
@@ -168,7 +168,7 @@ def _is_claude_envelope(value: Mapping[str, JSON]) -> bool:
     )
 
 
-def _read_claude_envelope(envelope: Mapping[str, JSON]) -> AgentOutput:
+def read_claude_envelope(envelope: Mapping[str, JSON]) -> AgentOutput:
     text = envelope.get("result")
     text = text if isinstance(text, str) else ""
     structured = envelope.get("structured_output")

@@ -1,6 +1,12 @@
 """The runner's loop: N slots, each claiming a task, running it through the provider, and
 completing or failing it, while a pump per task heartbeats and streams its output.
 
+A watcher thread reads cluster states: with ``exit_when_done`` the runner's cluster every
+``watch_interval`` (so the runner exits within a second of its end, however it ended, and
+stops the agents still working for it), and every ``workspace_check`` the clusters whose
+worktree no task uses right now: an ended one's worktree is removed, its branch and head commit
+published on the cluster as a ``WORKSPACE_BRANCH`` message.
+
 Shutdown (``request_stop``, from SIGINT/SIGTERM): no slot claims again; every running agent is
 told to stop; each claimed task is failed as retryable at once (so the server hands it to
 another worker without waiting for the lease); claims still long-polling are waited for, and a
@@ -19,8 +25,9 @@ from dataclasses import dataclass
 from zeroshot_runner.backoff import Backoff
 from zeroshot_runner.client import ApiError, Unavailable, WorkClient
 from zeroshot_runner.providers.base import Job, Provider
-from zeroshot_runner.records import Claim, Failed, ProtocolError
+from zeroshot_runner.records import Claim, Failed, Outcome, ProtocolError
 from zeroshot_runner.taskrun import TaskRun
+from zeroshot_runner.workspace import ClosedWorkspace, NoWorkspaces, WorkspaceError, Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +37,8 @@ ACTIVE_CLUSTER_STATES = frozenset({"initializing", "running", "stopping"})
 _TICK = 0.05
 # The wait between claims while the server is unreachable grows up to this.
 _CLAIM_BACKOFF = Backoff(attempts=1, base=1.0, cap=30.0)
+# The message that tells a cluster where its work is once its worktree is removed.
+WORKSPACE_TOPIC = "WORKSPACE_BRANCH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,13 @@ class RunnerSettings:
     batch_lines: int = 50
     # How long a stopping runner waits for its agents to end before failing their tasks itself.
     stop_grace: float = 10.0
+    # With exit_when_done: how often the cluster's state is read.
+    watch_interval: float = 0.4
+    # How often a cluster whose worktree no task uses is asked whether it has ended.
+    workspace_check: float = 2.0
+    # Runner pools (issue 19): sent with each claim once the server filters on them.
+    claim_labels: tuple[tuple[str, str], ...] = ()
+    claim_providers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +77,8 @@ class TaskReport:
     # unreported (the server stayed unreachable)
     status: str
     error: str | None
+    # Output repairs: how often the agent was asked again for a usable answer.
+    repairs: int
     claim_sent: float
     claimed: float
     provider_started: float
@@ -78,11 +96,15 @@ class Runner:
         provider: Provider,
         settings: RunnerSettings,
         observer: Callable[[TaskReport], None] | None = None,
+        workspaces: Workspaces | None = None,
     ) -> None:
         self.client = client
         self.provider = provider
         self.settings = settings
         self.observer = observer
+        self.workspaces: Workspaces = workspaces or NoWorkspaces()
+        # Every worktree removed, in order (what was reported to the clusters).
+        self.closed_workspaces: list[ClosedWorkspace] = []
         self.fatal: str | None = None
         # Plain flags: a signal handler may set them while the main thread holds any lock.
         self._stop_requested = False
@@ -92,6 +114,7 @@ class Runner:
         self._lock = threading.Lock()
         self._runs: set[TaskRun] = set()
         self._polling = 0
+        self._watching_ends = threading.Event()
 
     def request_stop(self) -> None:
         """Stop claiming and fail the tasks in hand; a second call also stops waiting for claims.
@@ -112,11 +135,19 @@ class Runner:
         ]
         for slot in slots:
             slot.start()
+        watcher = threading.Thread(target=self._watch, name="watcher", daemon=True)
+        watcher.start()
         grace_ends: float | None = None
         while not self._exit_now:
             alive = [slot for slot in slots if slot.is_alive()]
             if not alive:
                 break
+            if self._done.is_set():
+                with self._lock:
+                    in_hand = len(self._runs)
+                # Claims still polling an ended cluster bring nothing back: not waited for.
+                if not in_hand:
+                    break
             if self._stop_requested and not self._stopping.is_set():
                 self._begin_stop()
             if self._stopping.is_set() and grace_ends is None:
@@ -130,7 +161,10 @@ class Runner:
                 if abandoned == len(alive):
                     break
             time.sleep(_TICK)
+        self._watching_ends.set()
         self._fail_runs_left("the runner stopped before the task finished")
+        watcher.join(self.settings.wait + 5.0)
+        self._close_ended_workspaces()
         if self.fatal is not None:
             log.error("%s", self.fatal)
             return 1
@@ -181,6 +215,11 @@ class Runner:
             except ProtocolError as error:
                 self._give_up(f"cannot read the server's claim answer: {error}")
                 return
+            except RuntimeError:
+                # The runner left this claim polling an ended cluster and closed its client.
+                if self._done.is_set():
+                    return
+                raise
             failures = 0
             if claim is None:
                 self._check_cluster_ended()
@@ -198,6 +237,8 @@ class Runner:
                 cluster=self.settings.cluster,
                 agents=self.settings.agents,
                 roles=self.settings.roles,
+                labels=dict(self.settings.claim_labels),
+                providers=self.settings.claim_providers,
                 interrupt=self._stopping,
             )
         finally:
@@ -217,8 +258,77 @@ class Runner:
             self._give_up(f"cannot read the state of cluster {cluster}: {error}")
             return
         if state not in ACTIVE_CLUSTER_STATES and not self._done.is_set():
-            log.info("cluster %s is %s: exiting once the tasks in hand are done", cluster, state)
+            log.info("cluster %s is %s: stopping its agents and exiting", cluster, state)
             self._done.set()
+            # The cluster's end made the tasks in hand moot: their agents are stopped.
+            with self._lock:
+                runs = list(self._runs)
+            for run in runs:
+                run.stop.set()
+
+    def _watch(self) -> None:
+        """Read cluster states in the background (see the module's docstring)."""
+        next_workspace_check = time.monotonic() + self.settings.workspace_check
+        while not self._watching_ends.wait(self.settings.watch_interval):
+            if self.settings.exit_when_done and not self._done.is_set():
+                self._check_cluster_ended()
+            if time.monotonic() >= next_workspace_check:
+                next_workspace_check = time.monotonic() + self.settings.workspace_check
+                self._close_ended_workspaces()
+
+    def _close_ended_workspaces(self) -> None:
+        for cluster in self.workspaces.open_clusters():
+            try:
+                state = self.client.cluster_state(cluster)
+            except ApiError as error:
+                if error.status != 404:
+                    log.warning("cannot read the state of cluster %s: %s", cluster, error)
+                    continue
+                # A deleted cluster has ended too: its work is kept on the branch.
+                state = "deleted"
+            except (Unavailable, ProtocolError) as error:
+                log.warning("cannot read the state of cluster %s: %s", cluster, error)
+                continue
+            if state in ACTIVE_CLUSTER_STATES:
+                continue
+            try:
+                closed = self.workspaces.close(cluster)
+            except WorkspaceError as error:
+                log.error("cluster %s: its worktree could not be removed: %s", cluster, error)
+                continue
+            if closed is not None:
+                self.closed_workspaces.append(closed)
+                self._report_branch(closed)
+
+    def _report_branch(self, closed: ClosedWorkspace) -> None:
+        short = closed.commit[:12]
+        try:
+            self.client.publish(
+                closed.cluster_id,
+                {
+                    "topic": WORKSPACE_TOPIC,
+                    "sender": self.settings.worker[:128] or "runner",
+                    "content": {
+                        "text": f"The work of cluster {closed.cluster_id} is on branch "
+                        f"{closed.branch} at {short}",
+                        "data": {
+                            "branch": closed.branch,
+                            "commit": closed.commit,
+                            "worker": self.settings.worker,
+                            "committedLeftovers": closed.committed_leftovers,
+                        },
+                    },
+                    "idempotency_key": f"workspace-branch:{closed.branch}:{closed.commit}",
+                },
+            )
+        except (Unavailable, ApiError) as error:
+            log.warning(
+                "cluster %s: branch %s at %s not reported: %s",
+                closed.cluster_id,
+                closed.branch,
+                short,
+                error,
+            )
 
     def _execute(self, claim: Claim, *, claim_sent: float, claimed: float) -> None:
         run = TaskRun(
@@ -230,8 +340,8 @@ class Runner:
         )
         with self._lock:
             # Checked under the lock that _begin_stop sets the event under: a task claimed
-            # while the runner stops is never started.
-            stopping = self._stopping.is_set()
+            # while the runner stops, or after its cluster ended, is never started.
+            stopping = self._stopping.is_set() or self._done.is_set()
             if not stopping:
                 self._runs.add(run)
         if stopping:
@@ -251,11 +361,7 @@ class Runner:
         log.info("task %s: agent %s, iteration %d", claim.task_id, claim.agent_id, claim.iteration)
         run.start_pump()
         provider_started = time.monotonic()
-        try:
-            outcome = self.provider.run(Job(claim=claim, emit=run.emit, stop=run.stop))
-        except Exception as error:  # a provider bug must not take the slot down with it
-            log.exception("task %s: the provider failed", claim.task_id)
-            outcome = Failed(error=f"the provider failed: {error!r}", retryable=True)
+        outcome = self._run_in_workspace(claim, run)
         provider_ended = time.monotonic()
         if isinstance(outcome, Failed) and self._stopping.is_set():
             outcome = Failed(error=outcome.error, retryable=True)
@@ -263,7 +369,34 @@ class Runner:
         with self._lock:
             self._runs.discard(run)
         failure = run.error_sent or (outcome.error if isinstance(outcome, Failed) else None)
-        self._report(run, status, failure, claim_sent, claimed, provider_started, provider_ended)
+        self._report(
+            run,
+            status,
+            failure,
+            claim_sent,
+            claimed,
+            provider_started,
+            provider_ended,
+            repairs=outcome.repairs,
+        )
+
+    def _run_in_workspace(self, claim: Claim, run: TaskRun) -> Outcome:
+        try:
+            workdir = self.workspaces.enter(claim.cluster_id)
+        except WorkspaceError as error:
+            log.error("task %s: %s", claim.task_id, error)
+            return Failed(
+                error=f"the cluster's workspace could not be made: {error}", retryable=True
+            )
+        try:
+            return self.provider.run(
+                Job(claim=claim, emit=run.emit, stop=run.stop, workdir=workdir)
+            )
+        except Exception as error:  # a provider bug must not take the slot down with it
+            log.exception("task %s: the provider failed", claim.task_id)
+            return Failed(error=f"the provider failed: {error!r}", retryable=True)
+        finally:
+            self.workspaces.leave(claim.cluster_id)
 
     def _report(
         self,
@@ -274,6 +407,8 @@ class Runner:
         claimed: float,
         provider_started: float,
         provider_ended: float,
+        *,
+        repairs: int = 0,
     ) -> None:
         finished = time.monotonic()
         claim = run.claim
@@ -290,6 +425,7 @@ class Runner:
                     iteration=claim.iteration,
                     status=status,
                     error=error,
+                    repairs=repairs,
                     claim_sent=claim_sent,
                     claimed=claimed,
                     provider_started=provider_started,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 
 from tests.runner.helpers import agent_script, pids_in, running, wait_until
 from tests.runner.work_api_fake import FakeWorkApi
-from zeroshot_runner.cli import main
+from zeroshot_runner.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -147,6 +148,14 @@ def test_the_runner_imports_nothing_of_django_or_the_server() -> None:
         (["--key", "k", "--provider", "openai", "--wait", "31"], "must be at most 30"),
         (["--key", "k", "--provider", "openai", "--concurrency", "0"], "must be 1 or more"),
         (["--key", "k", "--provider", "openai", "--lease", "inf"], "more than 0"),
+        (["--key", "k", "--provider", "claude,nope"], "unknown provider nope"),
+        (["--key", "k", "--provider", "claude,claude"], "named twice"),
+        (["--key", "k", "--provider", "codex", "--workspace", "worktree"], "needs --repo"),
+        (["--key", "k", "--provider", "codex", "--repo", "."], "go with --workspace worktree"),
+        (
+            ["--key", "k", "--provider", "codex", "--workspace", "worktree", "--repo", "/"],
+            "is not a git repository",
+        ),
     ],
 )
 def test_usage_errors_exit_with_status_2_and_say_why(
@@ -175,3 +184,9 @@ def test_a_malformed_script_is_a_usage_error(
 
     assert raised.value.code == 2
     assert "worker[0].delay" in capsys.readouterr().err
+
+
+def test_a_runner_names_itself_host_and_pid_by_default() -> None:
+    assert build_parser().parse_args(["--provider", "codex"]).worker == (
+        f"{socket.gethostname()}:{os.getpid()}"
+    )

@@ -21,7 +21,7 @@ from zeroshot_runner.client import (
     WorkClient,
     api_base_url,
 )
-from zeroshot_runner.records import Completed, Usage
+from zeroshot_runner.records import Completed, Usage, claim_from_wire
 
 FAST = Backoff(attempts=4, base=0.001, cap=0.01)
 
@@ -274,3 +274,15 @@ def test_retry_after_is_read_as_seconds_or_as_a_date_and_capped() -> None:
     assert retry_after_seconds(answer("soon")) is None
     assert retry_after_seconds(httpx.Response(503)) is None
     assert Backoff(max_retry_after=60.0, base=0.0).delay(0, retry_after=3600.0) == 60.0
+
+
+def test_the_claimed_tasks_cluster_is_read_from_the_servers_cluster_id() -> None:
+    # the server's TaskOut names the field cluster_id
+    claim = claim_from_wire(
+        {
+            "task": {"id": "t1", "lease_id": "l1", "cluster_id": "login", "agent_id": "worker"},
+            "prompt": "Work.",
+            "agent": {"id": "worker", "role": "worker"},
+        }
+    )
+    assert claim.cluster_id == "login"

@@ -106,15 +106,45 @@ def test_a_400_fails_the_task_for_good_with_the_endpoints_words(endpoint: FakeOp
     )
 
 
-def test_an_answer_without_json_fails_a_json_agent_as_retryable(endpoint: FakeOpenAI) -> None:
+def test_an_answer_without_json_fails_a_json_agent_as_retryable_after_one_repair(
+    endpoint: FakeOpenAI,
+) -> None:
     endpoint.queue(200, completion("I cannot answer in JSON."))
-    job, _ = job_for(claim_for())
+    endpoint.queue(200, completion("Still no JSON, sorry."))
+    job, lines = job_for(claim_for())
 
     outcome = provider_for(endpoint).run(job)
 
     assert isinstance(outcome, Failed)
     assert outcome.retryable is True
-    assert "I cannot answer in JSON." in outcome.error
+    assert "Still no JSON, sorry." in outcome.error
+    assert "after 1 output repair" in outcome.error
+    assert outcome.repairs == 1
+    assert len(endpoint.requests) == 2
+    assert any(line.startswith("[zeroshot-runner] output repair 1:") for line in lines.lines)
+
+
+def test_a_repair_is_a_follow_up_in_the_same_conversation(endpoint: FakeOpenAI) -> None:
+    # given an agent with a schema, whose first answer breaks it
+    schema = {"type": "object", "required": ["approved"], "properties": {"approved": {}}}
+    endpoint.queue(200, completion('{"verdict": "fine"}'))
+    endpoint.queue(200, completion('{"approved": true}'))
+    job, lines = job_for(claim_for(prompt="Review it.", jsonSchema=schema))
+
+    # when
+    outcome = provider_for(endpoint).run(job)
+
+    # then the second request holds the question, the wrong answer and what is wrong
+    assert isinstance(outcome, Completed)
+    assert outcome.result == {"approved": True}
+    assert outcome.repairs == 1
+    messages = endpoint.requests[1][2]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[0]["content"] == "Review it."
+    assert messages[1]["content"] == '{"verdict": "fine"}'
+    assert "'approved' is a required property" in messages[2]["content"]
+    assert '"required": [' in messages[2]["content"]
+    assert lines.lines[-1] == "[zeroshot-runner] output repairs: 1; the answer is usable"
 
 
 def test_without_any_model_the_task_fails_for_good(endpoint: FakeOpenAI) -> None:

@@ -20,6 +20,7 @@ from zeroshot_runner.providers.command import CommandProvider
 from zeroshot_runner.providers.scripted import ScriptedProvider, script_from_json
 from zeroshot_runner.records import Completed, Outcome
 from zeroshot_runner.worker import Runner, RunnerSettings, TaskReport
+from zeroshot_runner.workspace import Workspaces
 
 FAST = Backoff(attempts=3, base=0.001, cap=0.01)
 # An agent that waits for the test to create a file, then answers.
@@ -56,7 +57,12 @@ class RunnerThread:
 
 @contextmanager
 def runner_on(
-    fake: FakeWorkApi, provider: Provider, *, key: str = "test-key", **settings: Any
+    fake: FakeWorkApi,
+    provider: Provider,
+    *,
+    key: str = "test-key",
+    workspaces: Workspaces | None = None,
+    **settings: Any,
 ) -> Iterator[RunnerThread]:
     reports: list[TaskReport] = []
     client = WorkClient(url=fake.url, key=key, backoff=FAST, finish_backoff=FAST)
@@ -66,6 +72,7 @@ def runner_on(
         provider=provider,
         settings=RunnerSettings(**options),
         observer=reports.append,
+        workspaces=workspaces,
     )
     started = RunnerThread(runner, reports)
     try:

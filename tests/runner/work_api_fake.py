@@ -71,6 +71,10 @@ class FakeWorkApi:
         self.key = key
         self.cluster = cluster
         self.cluster_state = "running"
+        # The states of other clusters (tasks may name any cluster; unnamed ones run).
+        self.cluster_states: dict[str, str] = {}
+        # Messages published through POST /clusters/{id}/messages: (cluster, body).
+        self.messages: list[tuple[str, dict[str, Any]]] = []
         # Ends the cluster ("completed") once every task is completed or failed for good.
         self.end_when_idle = False
         self.tasks: dict[str, FakeTask] = {}
@@ -219,9 +223,16 @@ class FakeWorkApi:
     def _apply(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         parts = path.removeprefix("/api/v1/").split("/")
         if method == "GET" and parts[0] == "clusters" and len(parts) == 2:
-            if parts[1] != self.cluster:
+            if not self._known(parts[1]):
                 return 404, _error("not_found")
-            return 200, {"id": self.cluster, "state": self.cluster_state}
+            return 200, {"id": parts[1], "state": self.state_of(parts[1])}
+        if method == "POST" and parts[0] == "clusters" and parts[2:] == ["messages"]:
+            if not self._known(parts[1]):
+                return 404, _error("not_found")
+            with self._cond:
+                self.messages.append((parts[1], body))
+                self._cond.notify_all()
+            return 201, {"cluster_id": parts[1], **body}
         if method == "POST" and parts == ["tasks", "claim"]:
             return self._claim(body)
         if method == "POST" and parts[0] == "tasks" and len(parts) == 3:
@@ -261,7 +272,7 @@ class FakeWorkApi:
                 "task": {
                     "id": task.id,
                     "lease_id": task.lease_id,
-                    "cluster": task.cluster,
+                    "cluster_id": task.cluster,
                     "agent_id": task.agent["id"],
                     "iteration": task.iteration,
                     "attempts": task.attempts,
@@ -272,11 +283,23 @@ class FakeWorkApi:
                 "agent": task.agent,
             }
 
+    def state_of(self, cluster: str) -> str:
+        if cluster == self.cluster:
+            return self.cluster_state
+        return self.cluster_states.get(cluster, "running")
+
+    def _known(self, cluster: str) -> bool:
+        return (
+            cluster == self.cluster
+            or cluster in self.cluster_states
+            or any(task.cluster == cluster for task in self.tasks.values())
+        )
+
     def _claimable(self, body: dict[str, Any]) -> FakeTask | None:
         now = time.monotonic()
         for task in self._open.values():
             free = task.state == "queued" or (task.state == "claimed" and task.lease_expires < now)
-            if not free:
+            if not free or self.state_of(task.cluster) not in ACTIVE:
                 continue
             if body.get("cluster") and task.cluster != body["cluster"]:
                 continue

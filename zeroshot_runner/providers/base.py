@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from zeroshot_runner.records import Claim, Outcome
@@ -16,11 +17,14 @@ class Job:
 
     ``stop`` is set when the runner shuts down or loses the task's lease; a provider then ends
     its agent as fast as it safely can and returns any outcome (the runner decides what to send).
+    ``workdir`` is the cluster's workspace (``--workspace worktree``): every agent of the
+    cluster runs there; ``None`` runs it in the runner's own directory.
     """
 
     claim: Claim
     emit: Callable[[str], None]
     stop: threading.Event
+    workdir: Path | None = None
 
 
 class Provider(Protocol):

@@ -8,13 +8,15 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from zeroshot_runner.processes import end_group
+from zeroshot_runner.providers.agent_cli import AgentCli
 from zeroshot_runner.providers.base import Job
 from zeroshot_runner.records import Claim, Failed, Outcome
-from zeroshot_runner.results import outcome_from_output
+from zeroshot_runner.repair import Repair, Reply, run_with_repair
+from zeroshot_runner.results import read_agent_output
 
 # How much of stderr a failure quotes.
 STDERR_TAIL_CHARS = 2000
@@ -28,17 +30,25 @@ _WITHHELD = ("ZEROSHOT_WEB_KEY",)
 
 
 class CommandProvider:
-    """Runs ``command`` with ``sh -c`` in a process group of its own, one process per task."""
+    """Runs ``command`` with ``sh -c`` in a process group of its own, one process per task.
+
+    With ``agent_cli`` it runs a named agent CLI instead (``claude``, ``codex``, …): the CLI's
+    own command line, its stream read as it arrives, its session resumed for output repair.
+    """
 
     def __init__(
         self,
         *,
-        command: str,
+        command: str | None = None,
         default_timeout: float,
         kill_grace: float = 5.0,
         environment: Mapping[str, str] | None = None,
+        agent_cli: AgentCli | None = None,
     ) -> None:
+        if (command is None) == (agent_cli is None):
+            raise ValueError("a command provider runs either a command or an agent CLI")
         self.command = command
+        self.agent_cli = agent_cli
         self.default_timeout = default_timeout
         self.kill_grace = kill_grace
         self.environment = dict(os.environ if environment is None else environment)
@@ -49,15 +59,56 @@ class CommandProvider:
         """Run the command for one task until it exits, times out or is stopped."""
         claim = job.claim
         timeout = claim.agent.timeout_ms / 1000 if claim.agent.timeout_ms else self.default_timeout
+        if self.agent_cli is not None:
+
+            def execute(
+                job: Job, argv: tuple[str, ...], *, stdin: str, on_line: Callable[[str], None]
+            ) -> str | Failed:
+                return self.execute(
+                    job, argv, shell=False, stdin=stdin, timeout=timeout, on_line=on_line
+                )
+
+            return self.agent_cli.run(job, execute)
+        command = self.command
+        assert command is not None
+
+        def attempt(repair: Repair | None) -> Reply | Failed:
+            # No session to go back to: a repair runs the command again, its prompt extended.
+            prompt = claim.prompt if repair is None else f"{claim.prompt}\n\n{repair.prompt}"
+            ran = self.execute(job, command, shell=True, stdin=prompt, timeout=timeout)
+            if isinstance(ran, Failed):
+                return ran
+            return Reply(read=read_agent_output(ran))
+
+        return run_with_repair(job, attempt)
+
+    def execute(
+        self,
+        job: Job,
+        args: str | Sequence[str],
+        *,
+        shell: bool,
+        stdin: str,
+        timeout: float,
+        on_line: Callable[[str], None] | None = None,
+        environment: Mapping[str, str] | None = None,
+    ) -> str | Failed:
+        """Run one agent process to its end: its whole stdout, or why it did not finish.
+
+        Each stdout line goes to ``on_line`` when given, else to the task's output. The process
+        runs in the job's working directory (its cluster's workspace) when it has one.
+        """
+        claim = job.claim
         try:
             process = subprocess.Popen(
-                self.command,
-                shell=True,
+                args,
+                shell=shell,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                env=self._environment_for(claim),
+                cwd=job.workdir,
+                env={**self._environment_for(claim), **(environment or {})},
             )
         except OSError as error:
             return Failed(error=f"the agent command could not start: {error}", retryable=True)
@@ -66,7 +117,9 @@ class CommandProvider:
         with self._lock:
             self._groups.add(group)
         try:
-            return self._watch(process, job, timeout=timeout)
+            return self._watch(
+                process, job, timeout=timeout, stdin=stdin, on_line=on_line or job.emit
+            )
         finally:
             with self._lock:
                 self._groups.discard(group)
@@ -79,8 +132,15 @@ class CommandProvider:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
 
-    def _watch(self, process: subprocess.Popen[bytes], job: Job, *, timeout: float) -> Outcome:
-        claim = job.claim
+    def _watch(
+        self,
+        process: subprocess.Popen[bytes],
+        job: Job,
+        *,
+        timeout: float,
+        stdin: str,
+        on_line: Callable[[str], None],
+    ) -> str | Failed:
         group = process.pid
         assert process.stdin is not None
         assert process.stdout is not None
@@ -89,8 +149,8 @@ class CommandProvider:
         stderr = _Tail(STDERR_TAIL_CHARS)
         exited = threading.Event()
         helpers = [
-            _start(_feed, process.stdin, claim.prompt.encode("utf-8", errors="replace")),
-            _start(_read_lines, process.stdout, stdout, job),
+            _start(_feed, process.stdin, stdin.encode("utf-8", errors="replace")),
+            _start(_read_lines, process.stdout, stdout, on_line),
             _start(_read_tail, process.stderr, stderr),
         ]
         _start(_reap, process, exited)
@@ -124,7 +184,7 @@ class CommandProvider:
             return Failed(error="the agent command did not end when killed", retryable=True)
         if code != 0:
             return Failed(error=_with_stderr(_exit_description(code), stderr), retryable=True)
-        return outcome_from_output("".join(stdout), wants_json=claim.agent.wants_json)
+        return "".join(stdout)
 
     def _environment_for(self, claim: Claim) -> dict[str, str]:
         environment = {
@@ -169,12 +229,12 @@ def _feed(stdin: IO[bytes], prompt: bytes) -> None:
         pass
 
 
-def _read_lines(stdout: IO[bytes], lines: list[str], job: Job) -> None:
+def _read_lines(stdout: IO[bytes], lines: list[str], on_line: Callable[[str], None]) -> None:
     for raw in iter(stdout.readline, b""):
         # A newline byte never occurs inside a UTF-8 sequence, so lines decode one at a time.
         text = raw.decode("utf-8", errors="replace")
         lines.append(text)
-        job.emit(text.rstrip("\r\n"))
+        on_line(text.rstrip("\r\n"))
     stdout.close()
 
 

@@ -10,7 +10,8 @@ from zeroshot_runner import __version__
 from zeroshot_runner.backoff import Backoff, retry_after_seconds
 from zeroshot_runner.providers.base import Job
 from zeroshot_runner.records import JSON, Failed, Outcome, Usage
-from zeroshot_runner.results import AgentOutput, last_json_object, outcome_from_agent_output
+from zeroshot_runner.repair import Repair, Reply, run_with_repair
+from zeroshot_runner.results import AgentOutput, last_json_object
 
 _ERROR_CHARS = 500
 
@@ -48,13 +49,26 @@ class OpenAIProvider:
                 error="no model for the openai provider: pass --model or give the agent a model",
                 retryable=False,
             )
-        body: dict[str, JSON] = {
-            "model": model,
-            "messages": [{"role": "user", "content": job.claim.prompt}],
-        }
-        if agent.wants_json:
-            body["response_format"] = {"type": "json_object"}
         timeout = agent.timeout_ms / 1000 if agent.timeout_ms else self.default_timeout
+        question: dict[str, JSON] = {"role": "user", "content": job.claim.prompt}
+
+        def attempt(repair: Repair | None) -> Reply | Failed:
+            # A repair is a follow-up in the same conversation: the wrong answer, then what
+            # is wrong with it.
+            messages: list[JSON] = [question]
+            if repair is not None:
+                messages += [
+                    {"role": "assistant", "content": repair.previous.read.text},
+                    {"role": "user", "content": repair.prompt},
+                ]
+            return self._ask(job, model=model, messages=messages, timeout=timeout)
+
+        return run_with_repair(job, attempt)
+
+    def _ask(self, job: Job, *, model: str, messages: list[JSON], timeout: float) -> Reply | Failed:
+        body: dict[str, JSON] = {"model": model, "messages": messages}
+        if job.claim.agent.wants_json:
+            body["response_format"] = {"type": "json_object"}
         attempt = 0
         while True:
             retry_after = None
@@ -68,7 +82,7 @@ class OpenAIProvider:
                 problem = f"{type(error).__name__}: {error}"
             else:
                 if response.is_success:
-                    return self._outcome(response, job, model=model)
+                    return self._reply(response, job, model=model)
                 if response.status_code != 429 and response.status_code < 500:
                     return Failed(
                         error=f"the model endpoint refused the request: "
@@ -90,7 +104,7 @@ class OpenAIProvider:
         """Close the connections."""
         self._http.close()
 
-    def _outcome(self, response: httpx.Response, job: Job, *, model: str) -> Outcome:
+    def _reply(self, response: httpx.Response, job: Job, *, model: str) -> Reply | Failed:
         try:
             answer = response.json()
             content = answer["choices"][0]["message"]["content"]
@@ -108,7 +122,7 @@ class OpenAIProvider:
             result=last_json_object(content),
             usage=_usage(answer.get("usage"), model=answer.get("model") or model),
         )
-        return outcome_from_agent_output(read, wants_json=job.claim.agent.wants_json)
+        return Reply(read=read)
 
 
 def _usage(usage: JSON, *, model: JSON) -> Usage | None:
