@@ -21,7 +21,7 @@ from ledger.interfaces import (
     message_query,
 )
 from ledger.pipeline import pipeline
-from runs.dispatch import topic_matches
+from context.agents import Trigger
 from runs.models import Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +75,7 @@ def topics(cluster_id: str, topic: str | None = None) -> list[str]:
     ],
 )
 def test_topic_patterns(pattern: str, topic: str, matches: bool) -> None:
-    assert topic_matches(pattern, topic) is matches
+    assert Trigger(topic=pattern).matches(topic) is matches
 
 
 def test_wildcard_and_prefix_triggers_queue_tasks(db: None) -> None:
