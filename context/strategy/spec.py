@@ -20,6 +20,11 @@ SINCE_FORMS: Final = (
     "cluster_start, last_task_end, last_agent_start, an ISO-8601 timestamp or a number of ms"
 )
 DEFAULT_MAX_TOKENS: Final = 100_000
+# Bounds of every number a strategy holds (docs/decisions/0081-config-bounds.md): far past any
+# model's window and any useful count, well inside the 32-bit columns and a claim's arithmetic.
+MAX_TOKENS_MAX: Final = 10_000_000
+SOURCE_COUNT_MAX: Final = 100_000
+SINCE_MS_MAX: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, as ledger timestamps
 DEFAULT_COMPACT_AMOUNT: Final = 1
 REQUIRED_TOPICS: Final = frozenset({"STATE_SNAPSHOT", "ISSUE_OPENED", "PLAN_READY"})
 HIGH_TOPICS: Final = frozenset({"VALIDATION_RESULT", "IMPLEMENTATION_READY"})
@@ -83,8 +88,9 @@ def iso_to_ms(value: str) -> int | None:
 
 
 def since_number(value: Any) -> int | None:
-    """Return a numeric ``since`` as whole ms (rounded up, keeping ``>=``), else None."""
-    if is_number(value) and is_finite(value):
+    """Return a numeric ``since`` as whole ms (rounded up, keeping ``>=``), else None; a number
+    past the last timestamp either way is none."""
+    if is_number(value) and is_finite(value) and abs(value) <= SINCE_MS_MAX:
         return math.ceil(value)
     return None
 
