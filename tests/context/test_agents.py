@@ -106,3 +106,27 @@ def test_agent_ids_are_unique() -> None:
 )
 def test_what_the_config_says_about_ending_its_cluster(extra: dict[str, Any], ends: bool) -> None:
     assert config_ends_cluster(agents_parse([raw(**extra)])) is ends
+
+
+def test_the_inspector_matches_triggers_as_dispatch_does() -> None:
+    from context.services.triggers import trigger_matches
+
+    # an inline agent of a preview need not be a config that could run
+    assert trigger_matches({"triggers": [{"topic": "*_RESULT"}]}, "VALIDATION_RESULT") is False
+    assert trigger_matches(raw(triggers=[{"topic": "VALIDATION_*"}]), "VALIDATION_RESULT")
+
+
+def test_the_topology_draws_a_prefix_trigger_from_the_agent_that_publishes_its_topic() -> None:
+    from dashboard.topology import topology
+
+    publisher = raw(
+        id="validator",
+        triggers=[{"topic": "ISSUE_OPENED"}],
+        hooks={"onComplete": {"config": {"topic": "VALIDATION_RESULT"}}},
+    )
+    listener = raw(id="watcher", triggers=[{"topic": "VALIDATION_*"}])
+    graph = topology([publisher, listener])
+    assert {(e.source, e.topic, e.target) for e in graph.edges} == {
+        ("outside", "ISSUE_OPENED", "validator"),
+        ("validator", "VALIDATION_RESULT", "watcher"),
+    }
