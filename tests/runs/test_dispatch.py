@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
+from context.agents import Trigger
 from ledger.interfaces import (
     ImportedMessage,
     MessageDraft,
@@ -21,7 +22,6 @@ from ledger.interfaces import (
     message_query,
 )
 from ledger.pipeline import pipeline
-from context.agents import Trigger
 from runs.models import Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
