@@ -224,9 +224,7 @@ def agent_parse(raw: JSON, *, where: str = "agent") -> AgentSpec:
         raise AgentConfigError(
             f"{where}.outputFormat", f"must be one of {', '.join(OUTPUT_FORMATS)}"
         )
-    prompt = raw.get("prompt")
-    if prompt is not None and not isinstance(prompt, str | Mapping):
-        raise AgentConfigError(f"{where}.prompt", "must be a string or an object")
+    prompt = _prompt(raw.get("prompt"), field=f"{where}.prompt")
     schema = raw.get("jsonSchema")
     if schema is not None and not isinstance(schema, Mapping | bool | str):
         raise AgentConfigError(f"{where}.jsonSchema", "must be an object (a JSON Schema)")
@@ -266,6 +264,24 @@ def agent_parse(raw: JSON, *, where: str = "agent") -> AgentSpec:
         hooks=_hooks(raw.get("hooks"), where=f"{where}.hooks"),
         context_strategy=strategy,
         raw=raw,
+    )
+
+
+def _prompt(value: JSON, *, field: str) -> JSON:
+    """A prompt as a build reads it (``context.packs.prompt_text``): a string, an object with a
+    string ``system``, or zeroshot's ``{initial, subsequent?}`` of strings."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        if isinstance(value.get("system"), str):
+            return value
+        later = value.get("subsequent")
+        if isinstance(value.get("initial"), str) and (later is None or isinstance(later, str)):
+            return value
+    raise AgentConfigError(
+        field,
+        "must be a string, an object with a string system, or an object with string initial "
+        "(and subsequent) prompts",
     )
 
 
