@@ -117,7 +117,9 @@ def _hook_draft(
     agent_id = task.agent_id
 
     def failed(phase: str, error: str) -> MessageDraft:
-        return lifecycle.agent_error_draft(agent_id=agent_id, phase=phase, error=error, task=task)
+        return lifecycle.agent_error_draft(
+            agent_id=agent_id, phase=phase, error=error, task=task, hook="onComplete"
+        )
 
     if hook.action != "publish_message":
         return failed("hook", f"hook action {hook.action!r} is not run by this server")

@@ -149,6 +149,7 @@ def test_a_hook_error_with_half_an_emoji_completes_the_task_and_names_the_hook(
     assert Task.objects.get(pk=claim["id"]).state == "completed"
     [error] = messages(cid, "AGENT_ERROR")
     assert error.data["phase"] == "hook_transform"
+    assert error.data["hook"] == "onComplete"
     assert "bad: " + "a" * 300 + "\ufffd" in error.data["error"]
 
 
