@@ -181,11 +181,15 @@ def test_a_random_config_is_refused_at_validation_or_runs(
 
 
 def template_agent(agent: dict[str, Any]) -> dict[str, Any]:
+    """A template requires each trigger's action; a defect that is no trigger stays one."""
     triggers = agent.get("triggers")
     if isinstance(triggers, list):
         agent = {
             **agent,
-            "triggers": [{**t, "action": t.get("action") or "execute_task"} for t in triggers],
+            "triggers": [
+                {**t, "action": t.get("action") or "execute_task"} if isinstance(t, dict) else t
+                for t in triggers
+            ],
         }
     return agent
 
