@@ -13,6 +13,7 @@ from context import selectors, services
 from context.services import BuildOutcome
 from context.services.templates import (
     TemplateRecord,
+    cluster_config_validate,
     cluster_create_from_template,
     template_check,
     template_get,
@@ -83,6 +84,7 @@ def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[Cl
             template_name=payload.template, params=payload.params, cluster_id=payload.id
         )
     else:
+        cluster_config_validate(payload.config)
         record = cluster_create(cluster_id=payload.id, config=payload.config, params=payload.params)
     return Status(201, record)
 

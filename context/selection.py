@@ -21,8 +21,9 @@ from context.strategy import (
     since_number,
 )
 from ledger.records import MessageRecord, replay_allowed
+from ledger.topics import Topic
 
-VALIDATOR_SKIP_TOPIC: Final = "VALIDATION_RESULT"
+VALIDATOR_SKIP_TOPIC: Final = Topic.VALIDATION_RESULT
 VALIDATOR_SKIP_LIMIT: Final = 50
 # JSON allows any integer amount; past this one every ledger is smaller anyway, and the
 # fetch limit stays inside a 64-bit SQL LIMIT.

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from context.agents import AgentConfigError, agents_parse, config_ends_cluster
 from context.selectors import BuildRecord, build_latest_by_agent
 from context.strategy import agent_max_tokens
 from dashboard.templatetags.dashboard_ui import inspector_url
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ClusterState
 from runs import selectors as tasks
-from runs.dispatch import VALIDATOR_ROLE, has_completion_handler
+from runs.dispatch import VALIDATOR_ROLE
 
 # The agents panel looks again this often while the cluster runs (ms).
 AGENTS_REFRESH_MS = 1500
@@ -95,12 +96,16 @@ def completion_of(agents: list[dict[str, Any]]) -> str:
     """How the cluster ends, in words: by its own config, or by the built-in rule."""
     if not agents:
         return ""
-    if has_completion_handler(agents):
+    try:
+        parsed = agents_parse(agents)
+    except AgentConfigError as error:
+        return f"Its config cannot run: {error.message}"
+    if config_ends_cluster(parsed):
         return (
             "Ends when one of its agents publishes CLUSTER_COMPLETE "
             "(a stop_cluster trigger or a hook)."
         )
-    validators = [str(a.get("id")) for a in agents if a.get("role") == VALIDATOR_ROLE]
+    validators = [a.id for a in parsed if a.role == VALIDATOR_ROLE]
     if not validators:
         return "Nothing in its config ends it: an operator stops it, or it fails."
     return (

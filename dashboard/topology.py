@@ -2,9 +2,9 @@
 
 Pure: plain config in, plain geometry out, drawn by the cluster page as inline SVG. Agent A
 *publishes* topic T when one of its hooks has ``config.topic == T``; agent B *listens* to T when
-one of its ``triggers`` has ``topic == T``. Each (A, T, B) is a labelled edge. Topics that agents
-listen to but none publishes (``ISSUE_OPENED`` from the operator, for instance) come from a
-pseudo-node for the outside world.
+one of its ``triggers`` matches T (``context.agents.Trigger.matches``). Each (A, T, B) is a
+labelled edge. Topics that agents listen to but none publishes (``ISSUE_OPENED`` from the
+operator, for instance) come from a pseudo-node for the outside world.
 
 Layout: the nodes stand in one column in config order; an edge going down the column is an arc
 on the right, an edge going up is an arc on the left, wider the further it spans, so that arcs
@@ -17,6 +17,8 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from context.agents import AgentConfigError, AgentSpec, agent_parse
 
 EXTERNAL = "outside"
 NODE_W = 132
@@ -124,48 +126,49 @@ class Topology:
     height: float
 
 
-def _strings(values: Iterable[Any]) -> list[str]:
-    return [v for v in values if isinstance(v, str) and v]
+def _parsed(agent: Mapping[str, Any]) -> AgentSpec | None:
+    try:
+        return agent_parse(agent)
+    except AgentConfigError:
+        return None  # a config stored before configs were parsed: drawn without it
 
 
 def published_topics(agent: Mapping[str, Any]) -> list[str]:
     """Topics an agent's hooks publish (``hooks.*.config.topic``), in order, once each."""
-    hooks = agent.get("hooks")
-    found: list[str] = []
-    hook_values = hooks.values() if isinstance(hooks, Mapping) else []
-    for hook in hook_values:
-        for item in hook if isinstance(hook, list) else [hook]:
-            config = item.get("config") if isinstance(item, Mapping) else None
-            topic = config.get("topic") if isinstance(config, Mapping) else None
-            if isinstance(topic, str) and topic and topic not in found:
-                found.append(topic)
-    return found
+    parsed = _parsed(agent)
+    if parsed is None:
+        return []
+    topics = (hook.config_topic for hook in parsed.hooks.all())
+    return list(dict.fromkeys(t for t in topics if t is not None))
 
 
 def trigger_topics(agent: Mapping[str, Any]) -> list[str]:
     """Topics an agent is triggered by (``triggers[].topic``), in order, once each."""
-    triggers = agent.get("triggers")
-    topics = (
-        _strings(t.get("topic") for t in triggers if isinstance(t, Mapping))
-        if isinstance(triggers, list)
-        else []
-    )
-    return list(dict.fromkeys(topics))
+    parsed = _parsed(agent)
+    return parsed.trigger_topics() if parsed is not None else []
 
 
 def topology(agents: Iterable[Mapping[str, Any]]) -> Topology:
-    """The agents as nodes and the topics between them as labelled arcs."""
-    agent_list = [a for a in agents if isinstance(a.get("id"), str) and a.get("id")]
+    """The agents as nodes and the topics between them as labelled arcs.
+
+    A trigger listens to every published topic it matches (``Trigger.matches``, as dispatch
+    reads it): ``VALIDATION_*`` draws an arc from the agent that publishes ``VALIDATION_RESULT``.
+    """
+    agent_list = [a for a in (_parsed(raw) for raw in agents) if a is not None]
     publishers: dict[str, list[str]] = {}
     for agent in agent_list:
-        for topic in published_topics(agent):
-            publishers.setdefault(topic, []).append(str(agent["id"]))
+        for topic in published_topics(agent.raw):
+            publishers.setdefault(topic, []).append(agent.id)
     links: list[tuple[str, str, str]] = []
     for agent in agent_list:
-        for topic in trigger_topics(agent):
-            for source in publishers.get(topic, [EXTERNAL]):
-                links.append((source, topic, str(agent["id"])))
-    ids = list(dict.fromkeys(str(a["id"]) for a in agent_list))
+        for trigger in agent.triggers:
+            heard = [t for t in publishers if trigger.matches(t)]
+            for topic in heard:
+                links.extend((source, topic, agent.id) for source in publishers[topic])
+            if not heard:
+                links.append((EXTERNAL, trigger.topic, agent.id))
+    links = list(dict.fromkeys(links))
+    ids = list(dict.fromkeys(a.id for a in agent_list))
     if any(source == EXTERNAL for source, _, _ in links):
         ids.insert(0, EXTERNAL)
     index = {node_id: i for i, node_id in enumerate(ids)}

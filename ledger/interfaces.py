@@ -57,6 +57,7 @@ from ledger.services import (
     message_publish_batch,
     now_ms,
 )
+from ledger.topics import ENDING_TOPICS, Topic
 from ledger.validation import (
     AGENT_ID_PATTERN,
     INT32_MAX,
@@ -69,8 +70,10 @@ from ledger.validation import (
     integer_problem,
     json_check,
     json_encode_checked,
+    json_storable,
     text_check,
     text_problem,
+    text_storable,
     timestamp_check,
     timestamp_problem,
 )
@@ -79,6 +82,7 @@ __all__ = [
     "AGENT_ID_PATTERN",
     "ANY_ERRORS",
     "BODY_ERRORS",
+    "ENDING_TOPICS",
     "INT32_MAX",
     "INT64_MAX",
     "JSON",
@@ -106,6 +110,7 @@ __all__ = [
     "Stage",
     "Subscription",
     "TooLarge",
+    "Topic",
     "Writes",
     "agent_id_problem",
     "agent_ids_problems",
@@ -124,6 +129,7 @@ __all__ = [
     "integer_problem",
     "json_check",
     "json_encode_checked",
+    "json_storable",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",
@@ -145,6 +151,7 @@ __all__ = [
     "scoped_cluster",
     "text_check",
     "text_problem",
+    "text_storable",
     "timestamp_check",
     "timestamp_problem",
     "websocket_refusal",

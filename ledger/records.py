@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.topics import Topic
+
 # A JSON value as produced by ``json.loads``.
 JSON = Any
 
@@ -140,7 +142,7 @@ def replay_allowed(*, topic: str, content: dict[str, JSON] | None, metadata: JSO
         return False
     if policy == "context":
         return True
-    return topic != "AGENT_OUTPUT"
+    return topic != Topic.AGENT_OUTPUT
 
 
 def event_of(content: dict[str, JSON] | None) -> str:

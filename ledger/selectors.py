@@ -14,6 +14,7 @@ from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter, filter_check
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord, SearchHit
 from ledger.search import search_narrow
+from ledger.topics import Topic
 from ledger.validation import INT64_MAX, integer_check, text_problem
 
 NO_FILTER = MessageFilter()
@@ -281,7 +282,7 @@ def lifecycle_event_latest(
 
     One seek on the index ``msg_lifecycle_event``.
     """
-    where = MessageFilter(topic="AGENT_LIFECYCLE", sender=agent_id, until=until)
+    where = MessageFilter(topic=Topic.AGENT_LIFECYCLE, sender=agent_id, until=until)
     filter_check(where)
     if text_problem(event) is not None:
         return None

@@ -261,3 +261,59 @@ def agent_ids_problems(agents: object, *, where: str = "agents") -> list[tuple[s
         if isinstance(agent, dict) and (problem := agent_id_problem(agent.get("id"))) is not None:
             problems.append((f"{where}[{index}].id", problem))
     return problems
+
+
+# --- making tenant text storable ----------------------------------------------------------------
+
+REPLACEMENT = "\ufffd"
+ELLIPSIS = "…"
+
+
+def text_storable(value: str, *, max_chars: int | None = None, max_bytes: int | None = None) -> str:
+    """Text from a script, a hook or an agent as it may be stored: each NUL and lone surrogate
+    replaced by U+FFFD, then cut to ``max_chars`` code points and ``max_bytes`` bytes of UTF-8,
+    a cut text ending in ``…``.
+
+    The check functions above refuse such text from a client, who can send it again; text the
+    server makes from a tenant's script has no one to refuse it to, and a draft that cannot be
+    stored would lose the message that reports the failure.
+    """
+    if _BAD_CHARS.search(value) is not None:
+        value = _BAD_CHARS.sub(REPLACEMENT, value)
+    if max_chars is not None and len(value) > max_chars:
+        value = value[: max(max_chars - 1, 0)] + ELLIPSIS
+    if max_bytes is not None and len(value) * 4 > max_bytes:
+        encoded = value.encode("utf-8")
+        if len(encoded) > max_bytes:
+            room = max(max_bytes - len(ELLIPSIS.encode("utf-8")), 0)
+            value = encoded[:room].decode("utf-8", errors="ignore") + ELLIPSIS
+    return value
+
+
+def json_storable(value: Any) -> Any:
+    """A JSON value with every string, keys included, made storable (``text_storable`` without a
+    bound): the value itself when nothing needed a change. Iterative, so depth costs no stack."""
+    if type(value) is str:
+        return text_storable(value)
+    if type(value) not in _CONTAINERS or _storable_json(value, max_depth=2**31, strings=True):
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        item, parent, key = stack.pop()
+        if type(item) is str:
+            parent[key] = text_storable(item)
+        elif type(item) is dict:
+            copied: dict[Any, Any] = {}
+            parent[key] = copied
+            for name, child in item.items():
+                fixed = text_storable(name) if type(name) is str else name
+                copied[fixed] = None
+                stack.append((child, copied, fixed))
+        elif type(item) in (list, tuple):
+            listed: list[Any] = [None] * len(item)
+            parent[key] = listed
+            stack.extend((child, listed, i) for i, child in enumerate(item))
+        else:
+            parent[key] = item
+    return root[0]

@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
+from context.agents import AgentConfigError, AgentSpec, config_agents, config_ends_cluster
 from ledger import interfaces as ledger
 from ledger.interfaces import (
+    ENDING_TOPICS,
     JSON,
     Batch,
     ClusterState,
     ClusterWriter,
     MessageDraft,
     MessageRecord,
+    Topic,
 )
 from runs import lifecycle
 from runs.logic import (
@@ -43,23 +46,17 @@ logger = logging.getLogger(__name__)
 
 # After the snapshotter (10): agents are offered a message once the snapshot holds it.
 STAGE_ORDER = 20
-ENDING_TOPICS = {"CLUSTER_COMPLETE", "CLUSTER_FAILED", "CLUSTER_STOPPED"}
 VALIDATOR_ROLE = "validator"
+# A stop_cluster reason is a short word or sentence; a longer one is cut (SPEC §7.1).
+STOP_REASON_MAX = 2_000
 _VIEW_MEMO_LIMIT = 1000
-
-
-def topic_matches(pattern: str, topic: str) -> bool:
-    """A trigger topic matches equal topics, ``*`` everything, ``PREFIX_*`` a prefix."""
-    if pattern == topic or pattern == "*":
-        return True
-    return pattern.endswith("*") and topic.startswith(pattern[:-1])
 
 
 @dataclass(frozen=True, slots=True)
 class QueueTask:
     """Queue a task for an agent, triggered by a message."""
 
-    agent: Mapping[str, JSON]
+    agent: AgentSpec
     message: MessageRecord
 
 
@@ -103,13 +100,17 @@ class Dispatcher:
 
     def plan(self, batch: Batch) -> DispatchWrites | None:
         """Offer each published message of the batch to the cluster's agents."""
-        agents = batch.cluster.agents
-        if not agents:
+        if not batch.cluster.agents:
             return None
         writes = DispatchWrites()
         running = batch.cluster.state == ClusterState.RUNNING
-        info = ClusterInfo.of(id=batch.cluster.id, config=batch.cluster.config)
-        completion_rule = not has_completion_handler(agents)
+        try:
+            agents = config_agents(batch.cluster.config)
+        except AgentConfigError as error:
+            # Only a config stored before configs were parsed at creation can get here.
+            return _config_refused(writes, error) if running else None
+        info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
+        completion_rule = not config_ends_cluster(agents)
         view = self._view(batch)
         live = {m.sequence for m in batch.live}
         for message in batch.messages:
@@ -134,7 +135,7 @@ class Dispatcher:
 
     def _offer(
         self,
-        agent: Mapping[str, JSON],
+        agent: AgentSpec,
         *,
         message: MessageRecord,
         view: LedgerView,
@@ -142,28 +143,22 @@ class Dispatcher:
         writes: DispatchWrites,
     ) -> QueueTask | MessageDraft | None:
         """Try the agent's triggers on a message; the first that matches and passes decides."""
-        agent_id = str(agent.get("id"))
-        triggers = agent.get("triggers")
-        for trigger in triggers if isinstance(triggers, list) else []:
-            if not isinstance(trigger, Mapping):
-                continue
-            pattern = trigger.get("topic")
-            if not isinstance(pattern, str) or not topic_matches(pattern, message.topic):
+        for trigger in agent.triggers:
+            if not trigger.matches(message.topic):
                 continue
             reason = DEFAULT_STOP_REASON
-            script = _script(trigger.get("logic"))
-            if script is not None:
+            if trigger.logic is not None:
                 outcome = trigger_logic_evaluate(
-                    script,
+                    trigger.logic.source,
                     message=message.to_wire(),
                     view=view,
                     cluster=info,
-                    agent=AgentInfo(id=agent_id, role=str(agent.get("role") or "")),
+                    agent=AgentInfo(id=agent.id, role=agent.role),
                 )
                 if isinstance(outcome, LogicError):
                     writes.steps.append(
                         lifecycle.agent_error_draft(
-                            agent_id=agent_id,
+                            agent_id=agent.id,
                             phase="trigger_logic",
                             error=outcome.message,
                             topic=message.topic,
@@ -175,8 +170,8 @@ class Dispatcher:
                     continue
                 reason = outcome.stop_reason
             step: QueueTask | MessageDraft
-            if trigger.get("action", "execute_task") == "stop_cluster":
-                step = _complete(sender=agent_id, reason=reason)
+            if trigger.action == "stop_cluster":
+                step = _complete(sender=agent.id, reason=reason)
             else:
                 step = QueueTask(agent=agent, message=message)
             writes.steps.append(step)
@@ -216,45 +211,23 @@ def offered(message: MessageRecord) -> bool:
     )
 
 
-def has_completion_handler(agents: Sequence[Mapping[str, JSON]]) -> bool:
-    """Whether the config ends its cluster itself: a ``stop_cluster`` trigger, or a hook that
-    publishes ``CLUSTER_COMPLETE``."""
-    for agent in agents:
-        triggers = agent.get("triggers")
-        for trigger in triggers if isinstance(triggers, list) else []:
-            if isinstance(trigger, Mapping) and trigger.get("action") == "stop_cluster":
-                return True
-        hooks = agent.get("hooks")
-        hook = hooks.get("onComplete") if isinstance(hooks, Mapping) else None
-        if isinstance(hook, Mapping):
-            config = hook.get("config")
-            if isinstance(config, Mapping) and config.get("topic") == "CLUSTER_COMPLETE":
-                return True
-            transform = hook.get("transform")
-            if isinstance(transform, Mapping) and "CLUSTER_COMPLETE" in str(
-                transform.get("script")
-            ):
-                return True
-    return False
-
-
 def builtin_completion_due(
-    message: MessageRecord, view: LedgerView, agents: Sequence[Mapping[str, JSON]]
+    message: MessageRecord, view: LedgerView, agents: Sequence[AgentSpec]
 ) -> bool:
     """The built-in completion rule (SPEC §7.1): after the newest ``IMPLEMENTATION_READY``,
     the newest ``VALIDATION_RESULT`` of every validator approves."""
-    if message.topic != "VALIDATION_RESULT":
+    if message.topic != Topic.VALIDATION_RESULT:
         return False
-    validators = [str(a.get("id")) for a in agents if a.get("role") == VALIDATOR_ROLE]
+    validators = [a.id for a in agents if a.role == VALIDATOR_ROLE]
     if not validators:
         return False
     newest: dict[str, JSON] = {}
     handoff = False
     for entry in reversed(view.messages):
-        if entry["topic"] == "IMPLEMENTATION_READY":
+        if entry["topic"] == Topic.IMPLEMENTATION_READY:
             handoff = True
             break
-        if entry["topic"] == "VALIDATION_RESULT" and entry["sender"] not in newest:
+        if entry["topic"] == Topic.VALIDATION_RESULT and entry["sender"] not in newest:
             newest[entry["sender"]] = entry
     if not handoff or any(v not in newest for v in validators):
         return False
@@ -270,17 +243,30 @@ def _approves(entry: Mapping[str, JSON]) -> bool:
 
 
 def _complete(*, sender: str, reason: str) -> MessageDraft:
+    """``CLUSTER_COMPLETE``; the reason a script gave is made storable first (SPEC §7.1)."""
+    reason = ledger.text_storable(reason, max_chars=STOP_REASON_MAX)
     return MessageDraft(
-        topic="CLUSTER_COMPLETE",
+        topic=Topic.CLUSTER_COMPLETE,
         sender=sender,
         content={"text": f"Cluster complete: {reason}", "data": {"reason": reason}},
     )
 
 
-def _script(value: JSON) -> str | None:
-    if isinstance(value, Mapping) and isinstance(value.get("script"), str):
-        return str(value["script"])
-    return None
+def _config_refused(writes: DispatchWrites, error: AgentConfigError) -> DispatchWrites:
+    """A running cluster whose config cannot be read fails, saying why, rather than idling."""
+    problem = ledger.text_storable(error.message, max_chars=lifecycle.ERROR_TEXT_MAX)
+    writes.steps.append(
+        MessageDraft(
+            topic=Topic.CLUSTER_FAILED,
+            sender="system",
+            content={
+                "text": f"Cluster failed: its config cannot run: {problem}",
+                "data": {"reason": "invalid_config", "error": problem},
+            },
+        )
+    )
+    writes.ends = True
+    return writes
 
 
 dispatcher = Dispatcher()

@@ -12,6 +12,9 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
+from context.agents import AgentSpec, Hook
 from ledger import interfaces as ledger
 from ledger.interfaces import JSON, ClusterRecord, MessageDraft, ServiceError
 from runs import lifecycle
@@ -45,7 +48,7 @@ class HookOutcome:
 def completion_drafts(
     *,
     task: TaskRecord,
-    agent: Mapping[str, JSON],
+    agent: AgentSpec,
     cluster: ClusterRecord,
     result: JSON,
     output: str,
@@ -55,18 +58,18 @@ def completion_drafts(
     if isinstance(parsed, str):
         return HookOutcome(rejected=parsed)
     data, drafts = parsed
-    hook = _on_complete(agent)
+    hook = agent.hooks.on_complete
     if hook is not None:
         drafts.append(_hook_draft(hook, task=task, cluster=cluster, data=data, output=output))
     return HookOutcome(drafts=drafts, result=data)
 
 
 def _parse(
-    agent: Mapping[str, JSON], *, result: JSON, output: str
+    agent: AgentSpec, *, result: JSON, output: str
 ) -> tuple[dict[str, JSON] | None, list[MessageDraft]] | str:
     """The result object (None for text agents) and the warnings about it, or a refusal."""
-    output_format = agent.get("outputFormat") or "json"
-    agent_id = str(agent.get("id"))
+    output_format = agent.output_format
+    agent_id = agent.id
     if output_format == "text":
         return None, []
     # The worker's own reading of its output wins; else the server reads the output.
@@ -75,14 +78,14 @@ def _parse(
         text = result
     parsed = result_parse(
         text,
-        output_format=str(output_format),
-        json_schema=agent.get("jsonSchema"),
-        strict=bool(agent.get("strictSchema")),
+        output_format=output_format,
+        json_schema=agent.json_schema,
+        strict=agent.strict_schema,
     )
     if isinstance(parsed, LogicError):
         if parsed.kind == "schema":
             # The agent's own schema is broken: the result is used, and the config reported.
-            unchecked = result_parse(text, output_format=str(output_format))
+            unchecked = result_parse(text, output_format=output_format)
             if isinstance(unchecked, LogicError):
                 return unchecked.message
             error = lifecycle.agent_error_draft(
@@ -92,30 +95,18 @@ def _parse(
         return parsed.message
     issues = [issue.text for issue in parsed.schema_issues]
     if not parsed.accepted:
-        return "the result does not match the agent's jsonSchema: " + "; ".join(issues)
+        return ledger.text_storable(
+            "the result does not match the agent's jsonSchema: " + "; ".join(issues),
+            max_chars=lifecycle.ERROR_TEXT_MAX,
+        )
     drafts = []
     if issues:
-        drafts.append(
-            MessageDraft(
-                topic=lifecycle.SCHEMA_WARNING,
-                sender=agent_id,
-                content={
-                    "text": f"{agent_id}: the result does not match its jsonSchema",
-                    "data": {"agent": agent_id, "errors": issues},
-                },
-            )
-        )
+        drafts.append(lifecycle.schema_warning_draft(agent_id=agent_id, issues=issues))
     return parsed.data, drafts
 
 
-def _on_complete(agent: Mapping[str, JSON]) -> Mapping[str, JSON] | None:
-    hooks = agent.get("hooks")
-    hook = hooks.get("onComplete") if isinstance(hooks, Mapping) else None
-    return hook if isinstance(hook, Mapping) else None
-
-
 def _hook_draft(
-    hook: Mapping[str, JSON],
+    hook: Hook,
     *,
     task: TaskRecord,
     cluster: ClusterRecord,
@@ -126,15 +117,16 @@ def _hook_draft(
     agent_id = task.agent_id
 
     def failed(phase: str, error: str) -> MessageDraft:
-        return lifecycle.agent_error_draft(agent_id=agent_id, phase=phase, error=error, task=task)
+        return lifecycle.agent_error_draft(
+            agent_id=agent_id, phase=phase, error=error, task=task, hook="onComplete"
+        )
 
-    if hook.get("action", "publish_message") != "publish_message":
-        return failed("hook", f"hook action {hook.get('action')!r} is not run by this server")
+    if hook.action != "publish_message":
+        return failed("hook", f"hook action {hook.action!r} is not run by this server")
     scope = _Scope(task=task, cluster=cluster)
-    transform = _script(hook.get("transform"))
-    if transform is not None:
+    if hook.transform is not None:
         made = transform_evaluate(
-            transform,
+            hook.transform.source,
             result=data,
             triggering_message=scope.trigger(),
             view=scope.view(),
@@ -149,12 +141,10 @@ def _hook_draft(
         if made.metadata is not None:
             raw["metadata"] = made.metadata
         return _checked(raw, agent_id=agent_id, failed=failed)
-    config = hook.get("config")
-    config = dict(config) if isinstance(config, Mapping) else {}
-    logic = _script(hook.get("logic"))
-    if logic is not None:
+    config = dict(hook.config) if hook.config is not None else {}
+    if hook.logic is not None:
         patch = hook_logic_evaluate(
-            logic,
+            hook.logic.source,
             result=data,
             agent=scope.agent,
             message=scope.trigger(),
@@ -182,21 +172,37 @@ def _hook_draft(
 def _checked(
     raw: Mapping[str, JSON], *, agent_id: str, failed: Callable[[str, str], MessageDraft]
 ) -> MessageDraft:
-    """The hook's config as a draft, checked now so that a bad one is reported, not stored."""
-    content = raw.get("content")
+    """The hook's message as a draft: its text made storable (cut to its bound, NUL and lone
+    surrogates replaced), then checked, so that what is still wrong is reported, not stored."""
+    receiver = _receiver(raw.get("receiver"))
+    if receiver is None:
+        shown = json.dumps(raw.get("receiver"), ensure_ascii=False)[:80]
+        return failed("hook", f"the hook's receiver must be a string, got {shown}")
     metadata = raw.get("metadata")
     draft = MessageDraft(
         topic=raw.get("topic"),  # type: ignore[arg-type]  # checked just below
         sender=agent_id,
-        receiver=str(raw.get("receiver") or "broadcast"),
-        content=_content(content),
-        metadata=metadata if isinstance(metadata, dict) else None,
+        receiver=receiver,
+        content=_content(raw.get("content")),
+        metadata=ledger.json_storable(metadata) if isinstance(metadata, dict) else None,
     )
     try:
         ledger.drafts_check([draft], single=True)
     except ServiceError as error:
         return failed("hook", f"the hook's message is invalid: {error.message}")
     return draft
+
+
+def _receiver(value: JSON) -> str | None:
+    """A hook's receiver: a string, a number's JSON text, ``broadcast`` when empty; ``None``
+    when it is something else (a list, an object), which is no address."""
+    if value is None or value == "":
+        return "broadcast"
+    if isinstance(value, str):
+        return ledger.text_storable(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return json.dumps(value)
+    return None
 
 
 def _content(content: JSON) -> dict[str, JSON]:
@@ -206,16 +212,11 @@ def _content(content: JSON) -> dict[str, JSON]:
     kept: dict[str, JSON] = {}
     if content.get("text") is not None:
         text = content["text"]
-        kept["text"] = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+        text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+        kept["text"] = ledger.text_storable(text, max_bytes=settings.LEDGER_MAX_TEXT_BYTES)
     if "data" in content:
-        kept["data"] = content["data"]
+        kept["data"] = ledger.json_storable(content["data"])
     return kept
-
-
-def _script(value: JSON) -> str | None:
-    if isinstance(value, Mapping) and isinstance(value.get("script"), str):
-        return str(value["script"])
-    return None
 
 
 class _Scope:

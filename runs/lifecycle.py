@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ledger.interfaces import JSON, MessageDraft
+from ledger.interfaces import JSON, MessageDraft, Topic, json_storable, text_storable
 from runs.records import TaskRecord
 
-LIFECYCLE = "AGENT_LIFECYCLE"
-AGENT_ERROR = "AGENT_ERROR"
-TOKEN_USAGE = "TOKEN_USAGE"
-AGENT_OUTPUT = "AGENT_OUTPUT"
-SCHEMA_WARNING = "AGENT_SCHEMA_WARNING"
+LIFECYCLE = Topic.AGENT_LIFECYCLE
+AGENT_ERROR = Topic.AGENT_ERROR
+TOKEN_USAGE = Topic.TOKEN_USAGE
+AGENT_OUTPUT = Topic.AGENT_OUTPUT
+SCHEMA_WARNING = Topic.AGENT_SCHEMA_WARNING
 ERROR_TEXT_MAX = 2000
+# An AGENT_SCHEMA_WARNING lists at most this many problems, each cut to ISSUE_TEXT_MAX.
+SCHEMA_ISSUES_MAX = 50
+ISSUE_TEXT_MAX = 500
 
 
 def lifecycle_draft(task: TaskRecord, event: str, **extra: JSON) -> MessageDraft:
@@ -23,7 +27,7 @@ def lifecycle_draft(task: TaskRecord, event: str, **extra: JSON) -> MessageDraft
         "role": task.role,
         "taskId": task.id,
         "iteration": task.iteration,
-        **extra,
+        **json_storable(extra),
     }
     return MessageDraft(
         topic=LIFECYCLE,
@@ -35,15 +39,37 @@ def lifecycle_draft(task: TaskRecord, event: str, **extra: JSON) -> MessageDraft
 def agent_error_draft(
     *, agent_id: str, phase: str, error: str, task: TaskRecord | None = None, **extra: JSON
 ) -> MessageDraft:
-    """``AGENT_ERROR``: what failed, in which phase, with the error text cut to its limit."""
-    text = error[:ERROR_TEXT_MAX]
-    data: dict[str, JSON] = {"agent": agent_id, "phase": phase, "error": text, **extra}
+    """``AGENT_ERROR``: what failed, in which phase, with the error text made storable (cut to its
+    limit, NUL and lone surrogates replaced: a script's text is hostile, SPEC §7.2)."""
+    text = text_storable(error, max_chars=ERROR_TEXT_MAX)
+    data: dict[str, JSON] = {
+        "agent": agent_id,
+        "phase": phase,
+        "error": text,
+        **json_storable(extra),
+    }
     if task is not None:
         data.update(taskId=task.id, iteration=task.iteration, role=task.role)
     return MessageDraft(
         topic=AGENT_ERROR,
         sender=agent_id,
         content={"text": f"{agent_id}: {phase} failed: {text}", "data": data},
+    )
+
+
+def schema_warning_draft(*, agent_id: str, issues: Sequence[str]) -> MessageDraft:
+    """``AGENT_SCHEMA_WARNING``: how a result breaks its agent's ``jsonSchema``, each problem
+    made storable (a problem quotes the agent's result)."""
+    errors = [text_storable(issue, max_chars=ISSUE_TEXT_MAX) for issue in issues]
+    if len(errors) > SCHEMA_ISSUES_MAX:
+        errors = [*errors[:SCHEMA_ISSUES_MAX], f"… and {len(errors) - SCHEMA_ISSUES_MAX} more"]
+    return MessageDraft(
+        topic=SCHEMA_WARNING,
+        sender=agent_id,
+        content={
+            "text": f"{agent_id}: the result does not match its jsonSchema",
+            "data": {"agent": agent_id, "errors": errors},
+        },
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from context.cluster_templates.spec import JSON
+from ledger.topics import Topic
 
 _REFUSED: Final = {
     "execute_system_command": "the server never runs shell commands from a template",
@@ -83,11 +84,11 @@ def _check_hook(name: str, hook: Mapping[str, JSON], report: _Reporter) -> None:
 
 def _publishes_cluster_operations(hook: Mapping[str, JSON]) -> bool:
     config = hook.get("config")
-    if isinstance(config, Mapping) and config.get("topic") == "CLUSTER_OPERATIONS":
+    if isinstance(config, Mapping) and config.get("topic") == Topic.CLUSTER_OPERATIONS:
         return True
     for key in ("transform", "logic"):
         script = hook.get(key)
         source = script.get("script") if isinstance(script, Mapping) else None
-        if isinstance(source, str) and "CLUSTER_OPERATIONS" in source:
+        if isinstance(source, str) and Topic.CLUSTER_OPERATIONS in source:
             return True
     return False

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from context.agents import AgentConfigError, AgentSpec, agent_parse
 from context.budget import BudgetResult, Pack, budget_select
 from context.metrics import build_metrics, metrics_line
 from context.models import ContextBuild
@@ -80,6 +81,16 @@ class BuildOutcome:
     # Sources whose filters the triggering message passes: it is left out of them (it has a
     # pack of its own), so an empty one among these had no other message.
     trigger_sources: frozenset[str] = frozenset()
+
+
+def agent_spec_get(*, cluster: ClusterRecord, agent_id: str) -> AgentSpec:
+    """The agent of the cluster's config, parsed (``context.agents``); ``NotFound`` when the
+    config has no such agent, ``InvalidInput`` when its config cannot be read."""
+    raw = agent_config_get(cluster=cluster, agent_id=agent_id)
+    try:
+        return agent_parse(raw, where=f"agent {agent_id!r}")
+    except AgentConfigError as error:
+        raise InvalidInput(error.message, details={"field": error.field}) from None
 
 
 def agent_config_get(*, cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max
 
+from context.agents import AgentConfigError, agents_parse
 from context.cluster_templates import (
     JSON,
     TemplateError,
@@ -42,7 +43,9 @@ from ledger.interfaces import (
     text_problem,
 )
 
-NAME_MAX = 200
+# A cluster keeps the name of its template in a column of 128 characters: a longer name would
+# save and then never launch.
+NAME_MAX = 128
 # A stand-in for a required param that has neither a default nor allowed values, used only to
 # check a template (docs/decisions/0011-template-validation-params.md).
 _SAMPLE_VALUES: dict[str, JSON] = {"integer": 1, "number": 1, "boolean": False}
@@ -164,8 +167,13 @@ def template_check(body: JSON) -> TemplateCheck:
         return TemplateCheck(errors=_problems(error), warnings=warnings)
     report = strategy_validate_agents(agents)
     actions = template_actions_check(_every_agent(body))
+    config_errors: list[dict[str, JSON]] = []
+    try:
+        agents_parse(agents)
+    except AgentConfigError as error:
+        config_errors.append({"field": error.field, "message": error.message})
     return TemplateCheck(
-        errors=[issue.to_dict() for issue in report.errors] + list(actions.errors),
+        errors=config_errors + [issue.to_dict() for issue in report.errors] + list(actions.errors),
         warnings=warnings + [issue.to_dict() for issue in report.warnings] + list(actions.warnings),
     )
 
@@ -415,6 +423,25 @@ def _canonical(body: JSON) -> str:
 # --- clusters ------------------------------------------------------------------------------------
 
 
+def cluster_config_validate(config: Mapping[str, JSON] | None, *, where: str = "config") -> None:
+    """Refuse a cluster config the server could not run: its agents as ``context.agents`` parses
+    them (every number within its bound) and their strategies (SPEC §2.1). ``InvalidInput``
+    names the first problem."""
+    if config is None:
+        return
+    try:
+        agents_parse(config.get("agents"))
+    except AgentConfigError as error:
+        raise InvalidInput(f"{where}: {error.message}", details={"field": error.field}) from None
+    report = strategy_validate_agents(config.get("agents") or [])
+    if not report.valid:
+        first = report.errors[0].message
+        raise InvalidInput(
+            f"{where}: {first}",
+            details={"errors": [issue.to_dict() for issue in report.errors]},
+        )
+
+
 def cluster_create_from_template(
     *, template_name: str, params: Mapping[str, JSON] | None, cluster_id: str | None = None
 ) -> ClusterRecord:
@@ -428,13 +455,7 @@ def cluster_create_from_template(
     spec = template_parse(template.body)
     values = template_params(spec, given)
     config = template_resolve(template.body, given)
-    report = strategy_validate_agents(config.get("agents", []))
-    if not report.valid:
-        first = report.errors[0].message
-        raise InvalidInput(
-            f"template {template_name!r} resolves to invalid agents: {first}",
-            details={"errors": [issue.to_dict() for issue in report.errors]},
-        )
+    cluster_config_validate(config, where=f"template {template_name!r} resolves to invalid agents")
     return ledger.cluster_create(
         cluster_id=cluster_id, config=config, template=template_name, params=values
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from fnmatch import fnmatchcase
 from typing import Any
 
+from context.agents import AgentConfigError, Trigger, agent_parse
 from ledger import interfaces as ledger
 from ledger.interfaces import InvalidInput, MessageFilter, MessageRecord, text_check
 from ledger.records import TOPIC_PATTERN
@@ -62,19 +62,29 @@ def _inline_trigger(*, cluster_id: str, raw: Mapping[str, Any]) -> MessageRecord
     )
 
 
+def agent_triggers(agent: Mapping[str, Any]) -> tuple[Trigger, ...]:
+    """An agent's triggers, parsed (``context.agents``). An inline agent of a preview may not
+    be a config that could run; its triggers that have a topic are read alone then."""
+    try:
+        return agent_parse(agent).triggers
+    except AgentConfigError:
+        listed = agent.get("triggers")
+        return tuple(
+            Trigger(topic=t["topic"])
+            for t in (listed if isinstance(listed, list) else [])
+            if isinstance(t, Mapping) and isinstance(t.get("topic"), str)
+        )
+
+
 def agent_trigger_topics(agent: Mapping[str, Any]) -> list[str]:
     """The topics of an agent's ``triggers``, as written (patterns with ``*`` included)."""
-    triggers = agent.get("triggers")
-    return [
-        t["topic"]
-        for t in (triggers if isinstance(triggers, list) else [])
-        if isinstance(t, Mapping) and isinstance(t.get("topic"), str)
-    ]
+    return [t.topic for t in agent_triggers(agent)]
 
 
 def trigger_matches(agent: Mapping[str, Any], topic: str) -> bool:
-    """Whether a message of ``topic`` is one the agent triggers on (``*`` patterns allowed)."""
-    return any(fnmatchcase(topic, pattern) for pattern in agent_trigger_topics(agent))
+    """Whether a message of ``topic`` is one the agent triggers on: ``Trigger.matches``, the
+    matcher dispatch uses, so that the inspector never names a trigger that queues no task."""
+    return any(t.matches(topic) for t in agent_triggers(agent))
 
 
 def trigger_choose(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeGuard
 
 from ledger.errors import InvalidInput
+from ledger.topics import Topic
 
 Strategy = Literal["latest", "oldest", "all"]
 Priority = Literal["required", "high", "medium", "low"]
@@ -20,11 +21,18 @@ SINCE_FORMS: Final = (
     "cluster_start, last_task_end, last_agent_start, an ISO-8601 timestamp or a number of ms"
 )
 DEFAULT_MAX_TOKENS: Final = 100_000
+# Bounds of every number a strategy holds (docs/decisions/0081-config-bounds.md): far past any
+# model's window and any useful count, well inside the 32-bit columns and a claim's arithmetic.
+MAX_TOKENS_MAX: Final = 10_000_000
+SOURCE_COUNT_MAX: Final = 100_000
+SINCE_MS_MAX: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, as ledger timestamps
 DEFAULT_COMPACT_AMOUNT: Final = 1
-REQUIRED_TOPICS: Final = frozenset({"STATE_SNAPSHOT", "ISSUE_OPENED", "PLAN_READY"})
-HIGH_TOPICS: Final = frozenset({"VALIDATION_RESULT", "IMPLEMENTATION_READY"})
+REQUIRED_TOPICS: Final = frozenset({Topic.STATE_SNAPSHOT, Topic.ISSUE_OPENED, Topic.PLAN_READY})
+HIGH_TOPICS: Final = frozenset({Topic.VALIDATION_RESULT, Topic.IMPLEMENTATION_READY})
 # Published by the system or by the operator rather than by an agent of the config.
-UNPUBLISHED_OK_TOPICS: Final = frozenset({"ISSUE_OPENED", "CLUSTER_RESUMED", "STATE_SNAPSHOT"})
+UNPUBLISHED_OK_TOPICS: Final = frozenset(
+    {Topic.ISSUE_OPENED, Topic.CLUSTER_RESUMED, Topic.STATE_SNAPSHOT}
+)
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ISO_DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -83,8 +91,9 @@ def iso_to_ms(value: str) -> int | None:
 
 
 def since_number(value: Any) -> int | None:
-    """Return a numeric ``since`` as whole ms (rounded up, keeping ``>=``), else None."""
-    if is_number(value) and is_finite(value):
+    """Return a numeric ``since`` as whole ms (rounded up, keeping ``>=``), else None; a number
+    past the last timestamp either way is none."""
+    if is_number(value) and is_finite(value) and abs(value) <= SINCE_MS_MAX:
         return math.ceil(value)
     return None
 

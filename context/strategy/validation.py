@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from context.strategy.spec import (
+    MAX_TOKENS_MAX,
     PRIORITIES,
     REQUIRED_TOPICS,
     SINCE_FORMS,
+    SOURCE_COUNT_MAX,
     STRATEGIES,
     UNPUBLISHED_OK_TOPICS,
     is_number,
@@ -110,6 +112,9 @@ def _issue(agent: str | None, source: int | None, field: str, text: str) -> Issu
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        # json.dumps of a huge int is slow, and refused past 4,300 digits.
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -145,6 +150,13 @@ def _max_tokens_errors(value: Any, *, agent: str | None) -> Iterator[Issue]:
         )
     elif not is_positive_integer(value):
         yield _issue(agent, None, "maxTokens", f"must be a positive integer, got {_show(value)}")
+    elif value > MAX_TOKENS_MAX:
+        yield _issue(
+            agent,
+            None,
+            "maxTokens",
+            f"must be between 1 and {MAX_TOKENS_MAX:,}, got {_show(value)}",
+        )
 
 
 def _source_errors(source: Any, *, index: int, agent: str | None) -> Iterator[Issue]:
@@ -180,6 +192,13 @@ def _source_errors(source: Any, *, index: int, agent: str | None) -> Iterator[Is
         value = source.get(field)
         if value is not None and not is_positive_integer(value):
             yield _issue(agent, index, field, f"must be a positive integer, got {_show(value)}")
+        elif value is not None and value > SOURCE_COUNT_MAX:
+            yield _issue(
+                agent,
+                index,
+                field,
+                f"must be between 1 and {SOURCE_COUNT_MAX:,}, got {_show(value)}",
+            )
     since = source.get("since")
     if since is not None and not is_since_valid(since):
         where = f" for topic {topic}" if isinstance(topic, str) and topic else ""

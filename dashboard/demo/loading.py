@@ -9,11 +9,11 @@ and metrics have real decisions to show.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from context.agents import agents_parse
 from context.models import ContextBuild
 from context.services import context_build
 from dashboard.demo.data import CLUSTERS
@@ -50,13 +50,7 @@ def demo_operator_ensure() -> bool:
 
 
 def _triggered_agents(agents: list[dict[str, Any]], topic: str) -> list[str]:
-    return [
-        str(agent["id"])
-        for agent in agents
-        if any(
-            isinstance(t, Mapping) and t.get("topic") == topic for t in agent.get("triggers", [])
-        )
-    ]
+    return [agent.id for agent in agents_parse(agents) if agent.triggered_by(topic)]
 
 
 def _import_one(cluster_id: str, message: ImportedMessage) -> None:

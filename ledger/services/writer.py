@@ -41,9 +41,13 @@ from ledger.statements import (
     json_param,
     message_insert,
 )
+from ledger.topics import Topic
 from ledger.validation import text_problem
 
-STATE_BY_TOPIC = {"CLUSTER_COMPLETE": ClusterState.COMPLETED, "CLUSTER_FAILED": ClusterState.FAILED}
+STATE_BY_TOPIC: dict[str, str] = {
+    Topic.CLUSTER_COMPLETE: ClusterState.COMPLETED,
+    Topic.CLUSTER_FAILED: ClusterState.FAILED,
+}
 
 
 @contextmanager

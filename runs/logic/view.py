@@ -17,13 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from ledger.topics import Topic
 from runs.logic.records import JSON
 
 VIEW_MAX_MESSAGES: Final = 10_000
 VIEW_MAX_BYTES: Final = 16 * 1024 * 1024
 
 # Raw output lines are never offered to scripts (SPEC §1.5 keeps them out of contexts as well).
-SKIPPED_TOPIC: Final = "AGENT_OUTPUT"
+SKIPPED_TOPIC: Final = Topic.AGENT_OUTPUT
 
 # Names every payload ever built in this process, so a sandbox worker can tell it already has one.
 _PAYLOAD_KEYS: Final = itertools.count(1)

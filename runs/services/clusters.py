@@ -15,6 +15,7 @@ from ledger.interfaces import (
     Conflict,
     InvalidInput,
     MessageDraft,
+    Topic,
 )
 from runs.services.queue import tasks_cancel
 from runs.signals import tasks_changed
@@ -29,7 +30,7 @@ def issue_draft(*, title: str, text: str) -> MessageDraft:
     title = " ".join(title.split())[:TITLE_MAX] or "Manual input"
     body = f"# {title}\n\n{text.strip()}\n"
     return MessageDraft(
-        topic="ISSUE_OPENED",
+        topic=Topic.ISSUE_OPENED,
         sender="system",
         content={"text": body, "data": {"issue_number": None, "title": title}},
         metadata={"source": "text"},
@@ -42,7 +43,7 @@ def cluster_start(*, cluster_id: str, issue: Mapping[str, JSON]) -> ClusterRecor
     A cluster that ended cannot start again, nor can one that already has its issue.
     """
     draft = _issue_checked(issue)
-    existing = ledger.message_latest(cluster_id=cluster_id, topics=["ISSUE_OPENED"])
+    existing = ledger.message_latest(cluster_id=cluster_id, topics=[Topic.ISSUE_OPENED])
     with ledger.cluster_transaction(cluster_id) as writer:
         if writer.state in ENDED:
             raise Conflict(
@@ -87,7 +88,7 @@ def cluster_stop(*, cluster_id: str, reason: str = "stopped by an operator") -> 
         writer.append(
             [
                 MessageDraft(
-                    topic="CLUSTER_STOPPED",
+                    topic=Topic.CLUSTER_STOPPED,
                     sender="system",
                     content={"text": f"Cluster stopped: {reason}", "data": {"reason": reason}},
                 )

@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 
+from context.agents import AgentSpec
 from ledger import interfaces as ledger
-from ledger.interfaces import JSON, ClusterWriter, MessageDraft, MessageRecord
+from ledger.interfaces import ClusterWriter, MessageDraft, MessageRecord, Topic
 from runs import lifecycle
 from runs.models import OPEN_STATES, Task, TaskState
 from runs.selectors import DROPPED
 
-DEFAULT_MAX_ITERATIONS = 100
 # Triggers kept while an agent is busy (SPEC §7.3); past it the oldest waiting one is dropped.
 BUFFER_LIMIT = 200
 
 
-def task_queue(*, writer: ClusterWriter, agent: Mapping[str, JSON], message: MessageRecord) -> int:
+def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecord) -> int:
     """Queue a task for ``agent`` triggered by ``message``; 1 when queued, 0 when not.
 
     Runs inside the pipeline's transaction. A message that already queued this agent's task is
     not queued again; past ``maxIterations`` the cluster fails instead (SPEC §7.3).
     """
-    agent_id = str(agent.get("id"))
+    agent_id = agent.id
     tasks = Task.objects.filter(cluster_id=writer.cluster_id, agent_id=agent_id)
     if tasks.filter(trigger_message_id=message.id).exists():
         return 0
     iteration = tasks.count() + 1
-    limit = _max_iterations(agent)
+    limit = agent.limits.max_iterations
     if iteration > limit:
         _fail_cluster(writer, agent=agent, iteration=iteration, limit=limit)
         return 0
@@ -41,7 +40,7 @@ def task_queue(*, writer: ClusterWriter, agent: Mapping[str, JSON], message: Mes
         id=f"task_{secrets.token_hex(16)}",
         cluster_id=writer.cluster_id,
         agent_id=agent_id,
-        role=str(agent.get("role") or ""),
+        role=agent.role,
         iteration=iteration,
         state=TaskState.QUEUED,
         trigger_message_id=message.id,
@@ -71,21 +70,9 @@ def _finish(task: Task, state: str, error: str) -> None:
     task.save(update_fields=["state", "error", "finished_at"])
 
 
-def _max_iterations(agent: Mapping[str, JSON]) -> int:
-    value = agent.get("maxIterations")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str) and value.isdigit() and int(value) > 0:
-        return int(value)
-    return DEFAULT_MAX_ITERATIONS
-
-
-def _fail_cluster(
-    writer: ClusterWriter, *, agent: Mapping[str, JSON], iteration: int, limit: int
-) -> None:
+def _fail_cluster(writer: ClusterWriter, *, agent: AgentSpec, iteration: int, limit: int) -> None:
     """``MAX_ITERATIONS_REACHED`` and ``CLUSTER_FAILED``: the agent would run once too often."""
-    agent_id = str(agent.get("id"))
-    role = str(agent.get("role") or "")
+    agent_id, role = agent.id, agent.role
     reached = MessageDraft(
         topic=lifecycle.LIFECYCLE,
         sender=agent_id,
@@ -101,7 +88,7 @@ def _fail_cluster(
         },
     )
     failed = MessageDraft(
-        topic="CLUSTER_FAILED",
+        topic=Topic.CLUSTER_FAILED,
         sender="system",
         content={
             "text": f"Cluster failed: {agent_id} reached its {limit} iterations",

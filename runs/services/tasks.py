@@ -20,7 +20,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from context.services import BuildOutcome, agent_config_get, build_usage_record, context_build
+from context.services import (
+    BuildOutcome,
+    agent_config_get,
+    agent_spec_get,
+    build_usage_record,
+    context_build,
+)
 from ledger import interfaces as ledger
 from ledger.interfaces import (
     JSON,
@@ -308,7 +314,7 @@ def task_complete(
     # is checked again inside it.
     with transaction.atomic():
         record = task_record(_held(task_id=task_id, lease_id=lease_id, scope=scope))
-    agent = agent_config_get(cluster=cluster, agent_id=record.agent_id)
+    agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
     outcome = completion_drafts(
         task=record, agent=agent, cluster=cluster, result=result, output=output
     )
@@ -430,12 +436,10 @@ def _finish_failed(task: TaskRecord, *, error: str) -> None:
 
 
 def _max_retries(cluster: ClusterRecord, agent_id: str) -> int:
-    for agent in cluster.agents:
-        if agent.get("id") == agent_id:
-            value = agent.get("maxRetries")
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                return value
-    return DEFAULT_MAX_RETRIES
+    try:
+        return agent_spec_get(cluster=cluster, agent_id=agent_id).limits.max_retries
+    except ServiceError:
+        return DEFAULT_MAX_RETRIES
 
 
 def _backoff_ms(attempts: int) -> int:

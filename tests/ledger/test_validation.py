@@ -18,8 +18,10 @@ from ledger.validation import (
     integer_check,
     json_encode_checked,
     json_problem,
+    json_storable,
     json_text_suspicious,
     text_problem,
+    text_storable,
     timestamp_problem,
 )
 
@@ -167,3 +169,40 @@ def test_agent_ids_follow_spec_4(agent_id: object, ok: bool) -> None:
 def test_an_integer_out_of_bounds_names_its_field() -> None:
     with pytest.raises(InvalidInput, match=r"^iteration must be between 1 and 10, got 11$"):
         integer_check(11, field="iteration", minimum=1, maximum=10)
+
+
+# --- making tenant text storable ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("plain", "plain"),
+        ("nul\x00here", "nul\ufffdhere"),
+        ("half \ud83d emoji", "half \ufffd emoji"),
+        ("low \ude00", "low \ufffd"),
+        ("a whole \U0001f600", "a whole \U0001f600"),
+    ],
+)
+def test_text_storable_replaces_what_no_database_stores(text: str, stored: str) -> None:
+    assert text_storable(text) == stored
+    assert text_problem(text_storable(text)) is None
+
+
+def test_text_storable_cuts_to_characters_and_to_utf8_bytes() -> None:
+    assert text_storable("abcdef", max_chars=4) == "abc…"
+    cut = text_storable("\U0001f600" * 1000, max_bytes=100)
+    assert len(cut.encode("utf-8")) <= 100
+    assert cut.endswith("…")
+    assert text_problem(cut) is None
+
+
+def test_json_storable_fixes_every_string_keys_included_and_keeps_clean_values() -> None:
+    clean = {"a": [1, "x", {"b": None}]}
+    assert json_storable(clean) is clean
+    fixed = json_storable({"k\x00": ["\ud800", {"deep": "ok\x00"}], "n": 1.5})
+    assert fixed == {"k\ufffd": ["\ufffd", {"deep": "ok\ufffd"}], "n": 1.5}
+    deep: Any = "x\x00"
+    for _ in range(5000):
+        deep = [deep]
+    assert json_problem(json_storable(deep), max_depth=10_000) is None

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
+from context.agents import Trigger
 from ledger.interfaces import (
     ImportedMessage,
     MessageDraft,
@@ -21,7 +22,6 @@ from ledger.interfaces import (
     message_query,
 )
 from ledger.pipeline import pipeline
-from runs.dispatch import topic_matches
 from runs.models import Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +75,7 @@ def topics(cluster_id: str, topic: str | None = None) -> list[str]:
     ],
 )
 def test_topic_patterns(pattern: str, topic: str, matches: bool) -> None:
-    assert topic_matches(pattern, topic) is matches
+    assert Trigger(topic=pattern).matches(topic) is matches
 
 
 def test_wildcard_and_prefix_triggers_queue_tasks(db: None) -> None:
@@ -276,3 +276,18 @@ def _publish_then_close(cluster_id: str) -> None:
             publish(cluster_id, "NEXT")
     finally:
         connection.close()
+
+
+def test_a_stored_config_that_cannot_run_fails_its_cluster_and_says_why(db: None) -> None:
+    # given a running cluster whose config was stored before configs were parsed at creation
+    cid = running(agent("worker", {"topic": "GO", "action": "explode"}))
+    # when a message arrives
+    publish(cid, "GO")
+    # then the cluster fails, naming the field, instead of idling with nothing queued
+    [failed] = message_query(
+        cluster_id=cid, where=MessageFilter(topic="CLUSTER_FAILED"), limit=None
+    )
+    assert failed.data["reason"] == "invalid_config"
+    assert "agents[0].triggers[0].action" in failed.data["error"]
+    assert cluster_get(cluster_id=cid).state == "failed"
+    assert tasks(cid) == []
