@@ -72,7 +72,11 @@ class TaskOut(Schema):
     agent_id: str
     role: str
     iteration: int
-    state: str
+    state: str = Field(description="queued, claimed, completed, failed or cancelled (SPEC §7.3)")
+    state_detail: str = Field(
+        description="the task's own state: also expired (shown as queued: its lease ran out, "
+        "it is claimable again) and dropped (shown as cancelled: its agent's buffer was full)"
+    )
     triggering_message: TriggerRefOut
     build_id: int | None
     attempts: int
@@ -141,7 +145,11 @@ class TaskPageOut(Schema):
 
 class TaskQueryIn(Schema):
     agent: str | None = Field(None, max_length=64)
-    state: TaskState | None = None
+    state: TaskState | None = Field(
+        None,
+        description="queued also lists expired tasks, cancelled also dropped ones; expired and "
+        "dropped list only themselves",
+    )
     before: str | None = Field(None, max_length=40, description="id of the last task of a page")
     limit: int = Field(selectors.DEFAULT_PAGE, ge=1, le=selectors.MAX_PAGE)
 
