@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 # A waiting claim looks again at least this often, for tasks queued by another server.
 RECHECK_SECONDS = 1.0
+# At most one look this often: a thousand claims arriving in a second cost twenty looks.
+LOOK_GAP_SECONDS = 0.05
 # Claimable tasks looked at per look: each agent has at most one, so this bounds agents.
 HEADS_MAX = 5000
 
@@ -109,6 +111,8 @@ class ClaimWatch:
             while self._waiters:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), RECHECK_SECONDS)
+                # A burst of arrivals shares a look rather than running them back to back.
+                await asyncio.sleep(LOOK_GAP_SECONDS)
                 self._kick.clear()
                 if not self._waiters:
                     break
