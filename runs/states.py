@@ -27,9 +27,8 @@ from runs.selectors import task_record
 
 
 class TaskEvent(StrEnum):
-    """What happens to a task."""
+    """What happens to a task once the pipeline has queued it (a row is born ``queued``)."""
 
-    QUEUE = "queue"  # the pipeline queues it (a row is born queued)
     CLAIM = "claim"  # a worker takes it under a new lease
     EXPIRE = "expire"  # its lease ran out with retries left
     RETRY = "retry"  # its worker failed it, retryable, with retries left
@@ -39,20 +38,20 @@ class TaskEvent(StrEnum):
     DROP = "drop"  # the agent's buffer was full: the oldest waiting trigger is let go
 
 
-Q, C, X = TaskState.QUEUED, TaskState.CLAIMED, TaskState.EXPIRED
+QUEUED, CLAIMED, EXPIRED = TaskState.QUEUED, TaskState.CLAIMED, TaskState.EXPIRED
 
 # (state, event) -> next state. Nothing else moves a task.
 TRANSITIONS: Mapping[tuple[TaskState, TaskEvent], TaskState] = {
-    (Q, TaskEvent.CLAIM): C,
-    (X, TaskEvent.CLAIM): C,
-    (C, TaskEvent.EXPIRE): X,
-    (C, TaskEvent.RETRY): Q,
-    (C, TaskEvent.COMPLETE): TaskState.COMPLETED,
-    (C, TaskEvent.FAIL): TaskState.FAILED,
-    (Q, TaskEvent.CANCEL): TaskState.CANCELLED,
-    (C, TaskEvent.CANCEL): TaskState.CANCELLED,
-    (X, TaskEvent.CANCEL): TaskState.CANCELLED,
-    (Q, TaskEvent.DROP): TaskState.DROPPED,
+    (QUEUED, TaskEvent.CLAIM): CLAIMED,
+    (EXPIRED, TaskEvent.CLAIM): CLAIMED,
+    (CLAIMED, TaskEvent.EXPIRE): EXPIRED,
+    (CLAIMED, TaskEvent.RETRY): QUEUED,
+    (CLAIMED, TaskEvent.COMPLETE): TaskState.COMPLETED,
+    (CLAIMED, TaskEvent.FAIL): TaskState.FAILED,
+    (QUEUED, TaskEvent.CANCEL): TaskState.CANCELLED,
+    (CLAIMED, TaskEvent.CANCEL): TaskState.CANCELLED,
+    (EXPIRED, TaskEvent.CANCEL): TaskState.CANCELLED,
+    (QUEUED, TaskEvent.DROP): TaskState.DROPPED,
 }
 
 # The states a task can leave still hold their agent's turn; the others are final.

@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.asgi import get_asgi_application
+from django.db import connections
 from django.test import override_settings
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
@@ -37,12 +39,18 @@ class Counting:
 def through_route(key: str, body: str, django: Counting) -> httpx.Response:
     async def call() -> httpx.Response:
         transport = httpx.ASGITransport(app=ClaimRoute(django))
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            return await client.post(
-                CLAIM,
-                content=body.encode(),
-                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-            )
+        try:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://testserver"
+            ) as client:
+                return await client.post(
+                    CLAIM,
+                    content=body.encode(),
+                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+                )
+        finally:
+            # The route's database work ran on asgiref's thread: its connection goes too.
+            await sync_to_async(connections.close_all)()
 
     return asyncio.run(call())
 
