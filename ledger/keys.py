@@ -88,6 +88,14 @@ def api_key_authenticate(*, plain: str) -> ApiKeyIdentity | None:
     return identity
 
 
+def api_key_known(*, plain: str) -> ApiKeyIdentity | None:
+    """The identity behind a key verified within ``API_KEY_CACHE_SECONDS``, without asking the
+    database (None: not verified lately; ``api_key_authenticate`` then decides). For callers
+    on an event loop, which must not block on a query."""
+    known = _verified.get(_digest(plain))
+    return known[1] if known is not None and known[0] > time.monotonic() else None
+
+
 # Keys verified lately, by digest: (trusted until, on the monotonic clock; identity).
 _verified: dict[str, tuple[float, ApiKeyIdentity]] = {}
 _VERIFIED_MAX = 10_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -23,13 +23,11 @@ from ledger.interfaces import (
 )
 from runs import selectors, services
 from runs.models import TaskState
-from runs.signals import tasks_changed
+from runs.waiting import ClaimFilter, claim_waiting
 
 router = Router(tags=["runs"])
 
 WAIT_MAX = 30
-# A waiting claim looks again at least this often, for tasks queued by another server.
-RECHECK_SECONDS = 1.0
 
 
 class ErrorOut(Schema):
@@ -72,7 +70,11 @@ class TaskOut(Schema):
     agent_id: str
     role: str
     iteration: int
-    state: str
+    state: str = Field(description="queued, claimed, completed, failed or cancelled (SPEC §7.3)")
+    state_detail: str = Field(
+        description="the task's own state: also expired (shown as queued: its lease ran out, "
+        "it is claimable again) and dropped (shown as cancelled: its agent's buffer was full)"
+    )
     triggering_message: TriggerRefOut
     build_id: int | None
     attempts: int
@@ -141,7 +143,11 @@ class TaskPageOut(Schema):
 
 class TaskQueryIn(Schema):
     agent: str | None = Field(None, max_length=64)
-    state: TaskState | None = None
+    state: TaskState | None = Field(
+        None,
+        description="queued also lists expired tasks, cancelled also dropped ones; expired and "
+        "dropped list only themselves",
+    )
     before: str | None = Field(None, max_length=40, description="id of the last task of a page")
     limit: int = Field(selectors.DEFAULT_PAGE, ge=1, le=selectors.MAX_PAGE)
 
@@ -164,41 +170,50 @@ class StartIn(Schema):
 )
 async def tasks_claim(request: HttpRequest, payload: ClaimIn) -> Any:
     scope = scoped_cluster(request)
+    wanted = claim_filter(payload, scope)
+    # Nothing of this request keeps a database connection while it waits.
+    await sync_to_async(_release_connection)()
+    claim = await claim_waiting(
+        wanted=wanted,
+        wait=payload.wait,
+        lease_seconds=round(payload.lease) if payload.lease is not None else None,
+        worker=payload.worker,
+        run=_on_request_thread,
+    )
+    if claim is None:
+        return Status(204, None)
+    return claim.to_wire()
+
+
+def claim_filter(payload: ClaimIn, scope: str | None) -> ClaimFilter:
+    """What the claim asks for, within what its key may see (a scoped key: its cluster)."""
     if scope is not None and payload.cluster not in (None, scope):
         raise Forbidden(
             f"this API key is limited to cluster {scope!r}", details={"cluster": payload.cluster}
         )
-    cluster = payload.cluster or scope
-    # Nothing of this request keeps a database connection while it waits.
-    await sync_to_async(_release_connection)()
-    deadline = time.monotonic() + payload.wait
-    while True:
-        claim = await sync_to_async(_claim_once)(payload, cluster)
-        if claim is not None:
-            return claim.to_wire()
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return Status(204, None)
-        await tasks_changed.wait(min(left, RECHECK_SECONDS))
+    return ClaimFilter(
+        cluster_id=payload.cluster or scope,
+        agents=tuple(payload.agents),
+        roles=tuple(payload.roles),
+    )
+
+
+async def _on_request_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` as Django runs this view's sync work, then let its connection go."""
+
+    def run() -> Any:
+        try:
+            return fn()
+        finally:
+            _release_connection()
+
+    return await sync_to_async(run)()
 
 
 def _release_connection() -> None:
     """Close this thread's connection unless a transaction holds it (a test wraps in one)."""
     if not connection.in_atomic_block:
         close_old_connections()
-
-
-def _claim_once(payload: ClaimIn, cluster: str | None) -> services.Claim | None:
-    try:
-        return services.task_claim(
-            cluster_id=cluster,
-            agents=payload.agents,
-            roles=payload.roles,
-            lease_seconds=round(payload.lease) if payload.lease is not None else None,
-            worker=payload.worker,
-        )
-    finally:
-        _release_connection()
 
 
 @router.post(

@@ -6,14 +6,21 @@ from django.db import models
 
 
 class TaskState(models.TextChoices):
+    """A task's states; which moves between them are allowed is ``runs.states.TRANSITIONS``."""
+
     QUEUED = "queued"
     CLAIMED = "claimed"
+    # Its lease ran out with retries left: claimable again, and its agent's turn still.
+    EXPIRED = "expired"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Never run: its agent's buffer of waiting triggers was full (SPEC §7.3).
+    DROPPED = "dropped"
 
 
-OPEN_STATES = (TaskState.QUEUED, TaskState.CLAIMED)
+# The states a task can still leave (``runs.states.OPEN_STATES`` says the same, from its table).
+OPEN_STATES = (TaskState.QUEUED, TaskState.CLAIMED, TaskState.EXPIRED)
 
 
 class Task(models.Model):

@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 JSON = Any
+
+# How each state of ``runs.models.TaskState`` reads on the wire: SPEC §7.3 names five, and a
+# task's own state is also given as ``state_detail`` (docs/decisions/0084-task-state-machine.md).
+WIRE_STATE = {"expired": "queued", "dropped": "cancelled"}
+# The states only ``state_detail`` names: a ``?state=`` filter on one of them selects it alone.
+DETAIL_STATES = frozenset(WIRE_STATE)
+
+
+def wire_state(state: str) -> str:
+    """The SPEC's name of a task state."""
+    return WIRE_STATE.get(state, state)
+
+
+def states_matching(asked: str, known: Iterable[str]) -> list[str]:
+    """The states of ``known`` a ``?state=`` filter selects: a state the wire shows takes every
+    state shown as it (``queued`` takes ``expired``), an own state only itself."""
+    if asked in DETAIL_STATES:
+        return [asked]
+    return [state for state in known if wire_state(state) == asked]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +62,8 @@ class TaskRecord:
             "agent_id": self.agent_id,
             "role": self.role,
             "iteration": self.iteration,
-            "state": self.state,
+            "state": wire_state(self.state),
+            "state_detail": self.state,
             "triggering_message": {
                 "id": self.trigger_message_id,
                 "topic": self.trigger_topic,

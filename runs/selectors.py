@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ledger.interfaces import NotFound
 from runs.models import OPEN_STATES, Task, TaskState
-from runs.records import TaskRecord
+from runs.records import TaskRecord, states_matching
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -61,7 +61,7 @@ def task_list(
     if agent_id:
         tasks = tasks.filter(agent_id=agent_id)
     if state:
-        tasks = tasks.filter(state=state)
+        tasks = tasks.filter(state__in=states_matching(state, TaskState.values))
     if before:
         anchor = Task.objects.filter(pk=before, cluster_id=cluster_id).values("created_at")[:1]
         tasks = tasks.filter(created_at__lte=anchor).exclude(pk=before)
@@ -89,13 +89,11 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
     by_agent: dict[str, list[Task]] = {}
     for task in open_tasks:
         by_agent.setdefault(task.agent_id, []).append(task)
-    finished: Counter[tuple[str, str, bool]] = Counter()
+    finished: Counter[tuple[str, str]] = Counter()
     newest_finished: dict[str, tuple[int, str]] = {}
     rows = Task.objects.filter(cluster_id=cluster_id).exclude(state__in=OPEN_STATES)
-    for agent, state, error, created in rows.values_list(
-        "agent_id", "state", "error", "created_at"
-    ):
-        finished[(agent, state, error.startswith(DROPPED))] += 1
+    for agent, state, created in rows.values_list("agent_id", "state", "created_at"):
+        finished[(agent, state)] += 1
         if created >= newest_finished.get(agent, (-1, ""))[0]:
             newest_finished[agent] = (created, state)
     activity = {}
@@ -116,11 +114,7 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
             state=state,
             current=task_record(current) if current is not None else None,
             buffered=max(0, len(tasks) - 1),
-            completed=finished[(agent_id, TaskState.COMPLETED, False)],
-            dropped=finished[(agent_id, TaskState.CANCELLED, True)],
+            completed=finished[(agent_id, TaskState.COMPLETED)],
+            dropped=finished[(agent_id, TaskState.DROPPED)],
         )
     return activity
-
-
-# The error text of a trigger that was dropped because its agent's buffer was full.
-DROPPED = "dropped:"

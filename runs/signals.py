@@ -24,6 +24,15 @@ class TasksChanged:
         for loop, event in waiters:
             loop.call_soon_threadsafe(event.set)
 
+    def listen(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        """Set ``event`` on ``loop`` at every notification until ``unlisten``."""
+        with self._lock:
+            self._waiters.add((loop, event))
+
+    def unlisten(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        with self._lock:
+            self._waiters.discard((loop, event))
+
     async def wait(self, timeout: float) -> bool:
         """Wait until notified or ``timeout`` seconds pass; True when notified."""
         event = asyncio.Event()

@@ -17,6 +17,7 @@ from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from ledger import interfaces as ledger  # noqa: E402
+from zeroshot_web.claims import ClaimRoute  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
 
@@ -59,7 +60,8 @@ class PipelineStarter:
 application = PipelineStarter(
     ProtocolTypeRouter(
         {
-            "http": RequestBodyLimit(django_asgi_app),
+            # Claims that wait are answered on the event loop, never on a thread of Django's.
+            "http": RequestBodyLimit(ClaimRoute(django_asgi_app)),
             "websocket": BrowserOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
             ),

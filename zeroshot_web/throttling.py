@@ -49,26 +49,39 @@ class ApiKeyRateThrottle(BaseThrottle):
         self._local = threading.local()
 
     def allow_request(self, request: HttpRequest) -> bool:
-        rate = settings.API_RATE_LIMIT
         identity = getattr(request, "auth", None)
-        if not rate or not isinstance(identity, ApiKeyIdentity):
+        if not isinstance(identity, ApiKeyIdentity):
             return True
-        limit, seconds = rate_parse(rate)
-        now = time.time()
-        window = int(now // seconds)
-        key = f"ratelimit:{identity.prefix}:{seconds}:{window}"
-        # A little longer than the window, so that a counter never vanishes inside it.
-        if cache.add(key, 1, timeout=seconds + 1):
-            count = 1
-        else:
-            try:
-                count = cache.incr(key)
-            except ValueError:  # expired between add and incr: this request opens a window
-                cache.set(key, 1, timeout=seconds + 1)
-                count = 1
-        self._local.wait = (window + 1) * seconds - now
-        return count <= limit
+        allowed, self._local.wait = rate_count(identity)
+        return allowed
 
     def wait(self) -> float | None:
         wait = getattr(self._local, "wait", None)
-        return max(1.0, math.ceil(wait)) if wait is not None else None
+        return retry_after(wait) if wait is not None else None
+
+
+def rate_count(identity: ApiKeyIdentity) -> tuple[bool, float | None]:
+    """Count one request of ``identity``: whether it is allowed, and the seconds until its
+    window ends (None when there is no limit). Also used by the claim route of ``runs.asgi``."""
+    rate = settings.API_RATE_LIMIT
+    if not rate:
+        return True, None
+    limit, seconds = rate_parse(rate)
+    now = time.time()
+    window = int(now // seconds)
+    key = f"ratelimit:{identity.prefix}:{seconds}:{window}"
+    # A little longer than the window, so that a counter never vanishes inside it.
+    if cache.add(key, 1, timeout=seconds + 1):
+        count = 1
+    else:
+        try:
+            count = cache.incr(key)
+        except ValueError:  # expired between add and incr: this request opens a window
+            cache.set(key, 1, timeout=seconds + 1)
+            count = 1
+    return count <= limit, (window + 1) * seconds - now
+
+
+def retry_after(wait: float) -> float:
+    """The ``Retry-After`` of a refused request: whole seconds, at least one."""
+    return max(1.0, math.ceil(wait))

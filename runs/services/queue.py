@@ -8,8 +8,8 @@ from context.agents import AgentSpec
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterWriter, MessageDraft, MessageRecord, Topic
 from runs import lifecycle
-from runs.models import OPEN_STATES, Task, TaskState
-from runs.selectors import DROPPED
+from runs.models import Task, TaskState
+from runs.states import TaskEvent, task_move, tasks_move
 
 # Triggers kept while an agent is busy (SPEC §7.3); past it the oldest waiting one is dropped.
 BUFFER_LIMIT = 200
@@ -34,7 +34,12 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecor
     if waiting.count() >= BUFFER_LIMIT:
         oldest = waiting.first()
         assert oldest is not None
-        _finish(oldest, TaskState.CANCELLED, f"{DROPPED} {BUFFER_LIMIT} triggers were waiting")
+        task_move(
+            oldest,
+            TaskEvent.DROP,
+            now=ledger.now_ms(),
+            error=f"dropped: {BUFFER_LIMIT} newer triggers were waiting",
+        )
     now = ledger.now_ms()
     Task.objects.create(
         id=f"task_{secrets.token_hex(16)}",
@@ -54,20 +59,8 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecor
 
 def tasks_cancel(*, cluster_id: str, reason: str) -> int:
     """Cancel every open task of a cluster (it stopped, completed or failed)."""
-    return Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).update(
-        state=TaskState.CANCELLED,
-        finished_at=ledger.now_ms(),
-        lease_id="",
-        lease_expires_at=None,
-        error=reason,
-    )
-
-
-def _finish(task: Task, state: str, error: str) -> None:
-    task.state = state
-    task.error = error
-    task.finished_at = ledger.now_ms()
-    task.save(update_fields=["state", "error", "finished_at"])
+    tasks = Task.objects.filter(cluster_id=cluster_id)
+    return tasks_move(tasks, TaskEvent.CANCEL, now=ledger.now_ms(), error=reason)
 
 
 def _fail_cluster(writer: ClusterWriter, *, agent: AgentSpec, iteration: int, limit: int) -> None:

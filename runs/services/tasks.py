@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from context.services import (
@@ -45,11 +45,16 @@ from runs.models import Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
 from runs.signals import tasks_changed
+from runs.states import TaskEvent, task_move
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 120
 LEASE_BOUNDS = (5, 3600)
 DEFAULT_MAX_RETRIES = 3
 OUTPUT_MAX_LINES = 1000
+# Leases looked at per claim: a claim ends the leases that ran out before it looks for work.
+EXPIRED_PER_CLAIM = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +99,31 @@ def task_claim(
 ) -> Claim | None:
     """Claim the oldest claimable task that passes the filters; None when there is none.
 
-    A task whose build cannot be made (an agent config the engine refuses) fails at once, with
-    ``AGENT_ERROR``, and the next one is tried.
+    Leases that ran out are ended first (``tasks_expire``). A task whose build cannot be made
+    (an agent config the engine refuses, a number its tables cannot hold) fails at once, with
+    ``AGENT_ERROR``, and the next one is tried: one bad config never wedges the queue.
     """
     lease = _lease_seconds(lease_seconds)
+    tasks_expire(now=ledger.now_ms())
     for _ in range(20):
-        task = _take(cluster_id=cluster_id, agents=agents, roles=roles, lease=lease, worker=worker)
-        if task is None:
+        taken = _take(cluster_id=cluster_id, agents=agents, roles=roles, lease=lease, worker=worker)
+        if taken is None:
             return None
+        task, started_draft = taken
         cluster = ledger.cluster_get(cluster_id=task.cluster_id)
         try:
             agent = agent_config_get(cluster=cluster, agent_id=task.agent_id)
-            outcome = _build(task, cluster)
+            outcome = _build(task, cluster, started_draft)
+        except (OperationalError, InterfaceError):
+            raise  # the database, not the task: the lease runs out and another claim retries
         except ServiceError as error:
             _finish_failed(task, error=f"the task's context cannot be built: {error.message}")
+            continue
+        except Exception as error:
+            logger.exception("the build of task %s failed", task.id)
+            _finish_failed(
+                task, error=f"the task's context cannot be built: {type(error).__name__}"
+            )
             continue
         if outcome is None:
             continue  # the lease moved on while the build was made
@@ -138,20 +154,57 @@ def claimable(*, now: int) -> QuerySet[Task]:
     ahead = Task.objects.filter(
         cluster_id=OuterRef("cluster_id"), agent_id=OuterRef("agent_id")
     ).filter(
-        Q(state=TaskState.CLAIMED)
+        Q(state__in=(TaskState.CLAIMED, TaskState.EXPIRED))
         | Q(state=TaskState.QUEUED, created_at__lt=OuterRef("created_at"))
         | Q(state=TaskState.QUEUED, created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
     )
     return Task.objects.filter(
         (Q(state=TaskState.QUEUED, available_at__lte=now) & ~Exists(ahead))
-        | Q(state=TaskState.CLAIMED, lease_expires_at__lt=now)
+        | Q(state=TaskState.EXPIRED)
     )
+
+
+def tasks_expire(*, now: int) -> int:
+    """End the leases that ran out before ``now``; how many were ended.
+
+    A lease that expires counts as an attempt (SPEC §7.3): with retries left the task is
+    ``expired`` and claimable again, past ``maxRetries`` it fails for good with ``AGENT_ERROR``,
+    like a ``fail`` call: a task whose agent kills its runner every time ends.
+    """
+    ended = 0
+    lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=now)
+    for task_id, cluster_id in lapsed.values_list("id", "cluster_id")[:EXPIRED_PER_CLAIM]:
+        cluster = ledger.cluster_get(cluster_id=cluster_id)
+        with ledger.cluster_transaction(cluster_id) as writer:
+            task = Task.objects.select_for_update().filter(pk=task_id).first()
+            if task is None or task.state != TaskState.CLAIMED:
+                continue  # another claim ended it first
+            if task.lease_expires_at is None or task.lease_expires_at >= now:
+                continue  # a heartbeat came first
+            max_retries = _max_retries(cluster, task.agent_id)
+            error = f"its lease expired (attempt {task.attempts} of {max_retries + 1})"
+            if task.attempts <= max_retries:
+                task_move(task, TaskEvent.EXPIRE, now=now, error=error)
+            else:
+                draft = task_move(
+                    task,
+                    TaskEvent.FAIL,
+                    now=now,
+                    error=error,
+                    report={"phase": "lease", "retryBudgetExhausted": True},
+                )
+                assert draft is not None
+                writer.append([draft], now=ledger.now_ms())
+                transaction.on_commit(tasks_changed.notify)
+            ended += 1
+    return ended
 
 
 def _take(
     *, cluster_id: str | None, agents: Sequence[str], roles: Sequence[str], lease: int, worker: str
-) -> TaskRecord | None:
-    """Lock the oldest claimable task and give it a new lease, in one short transaction."""
+) -> tuple[TaskRecord, MessageDraft] | None:
+    """Lock the oldest claimable task and give it a new lease, in one short transaction; the
+    task and its ``TASK_STARTED``, which the build records."""
     with transaction.atomic(durable=True):
         now = ledger.now_ms()
         tasks = claimable(now=now)
@@ -168,19 +221,22 @@ def _take(
         )
         if task is None:
             return None
-        task.state = TaskState.CLAIMED
-        task.lease_id = uuid.uuid4().hex
-        task.lease_seconds = lease
-        task.lease_expires_at = now + lease * 1000
-        task.attempts += 1
-        task.worker = worker[:128]
-        task.claimed_at = now
-        task.output_lines = 0
-        task.save()
-    return task_record(task)
+        started = task_move(
+            task,
+            TaskEvent.CLAIM,
+            now=now,
+            lease_id=uuid.uuid4().hex,
+            lease_seconds=lease,
+            lease_expires_at=now + lease * 1000,
+            worker=worker[:128],
+        )
+    assert started is not None
+    return task_record(task), started
 
 
-def _build(task: TaskRecord, cluster: ClusterRecord) -> BuildOutcome | None:
+def _build(
+    task: TaskRecord, cluster: ClusterRecord, started_draft: MessageDraft
+) -> BuildOutcome | None:
     """Record the task's context build with its ``TASK_STARTED``, or None if the lease moved."""
 
     def started(writer: ClusterWriter, build_id: int) -> None:
@@ -189,10 +245,7 @@ def _build(task: TaskRecord, cluster: ClusterRecord) -> BuildOutcome | None:
         ).update(build_id=build_id)
         if not linked:
             raise _LeaseMoved
-        writer.append(
-            [lifecycle.lifecycle_draft(task, "TASK_STARTED", triggeredBy=task.trigger_topic)],
-            now=ledger.now_ms(),
-        )
+        writer.append([started_draft], now=ledger.now_ms())
 
     try:
         return context_build(
@@ -221,9 +274,11 @@ def agent_wire(agent: Mapping[str, JSON]) -> dict[str, JSON]:
 # --- the calls a worker makes while it holds a lease -----------------------------------------
 
 
-def _held(*, task_id: str, lease_id: str, scope: str | None) -> Task:
-    """The task, locked, if ``lease_id`` is its current lease; else ``Conflict``."""
-    task = Task.objects.select_for_update().filter(pk=task_id).first()
+def _held(*, task_id: str, lease_id: str, scope: str | None, task: Task | None = None) -> Task:
+    """The task, locked, if ``lease_id`` is its current lease; else ``Conflict``. ``task`` is
+    the row when the caller has locked it already."""
+    if task is None:
+        task = Task.objects.select_for_update().filter(pk=task_id).first()
     if task is None:
         raise ledger.NotFound(f"task {task_id!r} does not exist", details={"task_id": task_id})
     if scope is not None and task.cluster_id != scope:
@@ -306,14 +361,14 @@ def task_complete(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
     cluster_id = _cluster_of(task_id)
-    repeat = _completed_before(task_id=task_id, body_hash=body_hash, scope=scope)
-    if repeat is not None:
-        return repeat
-    cluster = ledger.cluster_get(cluster_id=cluster_id)
     # The hook's scripts run before the write transaction (they may take seconds); the lease
     # is checked again inside it.
     with transaction.atomic():
-        record = task_record(_held(task_id=task_id, lease_id=lease_id, scope=scope))
+        held = _held_or_completed(task_id=task_id, lease_id=lease_id, scope=scope, body=body_hash)
+    if isinstance(held, Completion):
+        return held
+    record = task_record(held)
+    cluster = ledger.cluster_get(cluster_id=cluster_id)
     agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
     outcome = completion_drafts(
         task=record, agent=agent, cluster=cluster, result=result, output=output
@@ -328,34 +383,45 @@ def task_complete(
             code="result_refused",
         )
     with ledger.cluster_transaction(cluster_id) as writer:
-        task = _held(task_id=task_id, lease_id=lease_id, scope=scope)
-        drafts: list[MessageDraft] = []
-        if usage:
-            drafts.append(lifecycle.usage_draft(record, dict(usage)))
-        drafts.append(lifecycle.lifecycle_draft(record, "TASK_COMPLETED"))
-        drafts.extend(outcome.drafts)
-        messages = writer.append(drafts, now=ledger.now_ms())
-        _close(
+        held = _held_or_completed(task_id=task_id, lease_id=lease_id, scope=scope, body=body_hash)
+        if isinstance(held, Completion):
+            return held  # the same body completed it while the hook ran
+        task = held
+        completed = task_move(
             task,
-            state=TaskState.COMPLETED,
+            TaskEvent.COMPLETE,
+            now=ledger.now_ms(),
             result=outcome.result,
             usage=dict(usage) if usage else None,
             completion_hash=body_hash,
-            completion_messages=[m.id for m in messages],
         )
+        assert completed is not None
+        drafts: list[MessageDraft] = []
+        if usage:
+            drafts.append(lifecycle.usage_draft(record, dict(usage)))
+        drafts.append(completed)
+        drafts.extend(outcome.drafts)
+        messages = writer.append(drafts, now=ledger.now_ms())
+        task.completion_messages = [m.id for m in messages]
+        task.save(update_fields=["completion_messages"])
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
         transaction.on_commit(tasks_changed.notify)
     return Completion(task=task_record(task), messages=tuple(messages))
 
 
-def _completed_before(*, task_id: str, body_hash: str, scope: str | None) -> Completion | None:
-    task = Task.objects.filter(pk=task_id).first()
+def _held_or_completed(
+    *, task_id: str, lease_id: str, scope: str | None, body: str
+) -> Task | Completion:
+    """The task, locked, under ``lease_id``; or, when that body already completed it, what that
+    completion published. Checked under the row's lock, so that concurrent completions with one
+    body all get the same answer (SPEC §7.4); another body is a ``Conflict``."""
+    task = Task.objects.select_for_update().filter(pk=task_id).first()
     if task is None or not task.completion_hash:
-        return None
+        return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
     if scope is not None and task.cluster_id != scope:
         raise Forbidden(f"this API key is limited to cluster {scope!r}")
-    if task.completion_hash != body_hash:
+    if task.completion_hash != body:
         raise Conflict(
             f"task {task_id} was already completed with another result",
             details={"task_id": task_id},
@@ -365,16 +431,6 @@ def _completed_before(*, task_id: str, body_hash: str, scope: str | None) -> Com
         for message_id in task.completion_messages
     )
     return Completion(task=task_record(task), messages=messages)
-
-
-def _close(task: Task, *, state: str, **fields: Any) -> None:
-    task.state = state
-    task.finished_at = ledger.now_ms()
-    task.lease_id = ""
-    task.lease_expires_at = None
-    for name, value in fields.items():
-        setattr(task, name, value)
-    task.save()
 
 
 def task_fail(
@@ -391,28 +447,20 @@ def task_fail(
     with ledger.cluster_transaction(cluster_id) as writer:
         task = _held(task_id=task_id, lease_id=lease_id, scope=scope)
         max_retries = _max_retries(cluster, task.agent_id)
-        record = task_record(task)
+        now = ledger.now_ms()
         if retryable and task.attempts <= max_retries:
             delay = _backoff_ms(task.attempts)
-            task.state = TaskState.QUEUED
-            task.available_at = ledger.now_ms() + delay
-            task.lease_id = ""
-            task.lease_expires_at = None
-            task.error = error[: lifecycle.ERROR_TEXT_MAX]
-            task.save()
-            draft = lifecycle.lifecycle_draft(
-                record,
-                "RETRY_SCHEDULED",
-                attempt=task.attempts,
-                maxRetries=max_retries,
-                delayMs=delay,
-                error=error[: lifecycle.ERROR_TEXT_MAX],
+            draft = task_move(
+                task,
+                TaskEvent.RETRY,
+                now=now,
+                error=error,
+                report={"maxRetries": max_retries, "delayMs": delay},
+                available_at=now + delay,
             )
         else:
-            _close(task, state=TaskState.FAILED, error=error[: lifecycle.ERROR_TEXT_MAX])
-            draft = lifecycle.agent_error_draft(
-                agent_id=task.agent_id, phase="task", error=error, task=record
-            )
+            draft = task_move(task, TaskEvent.FAIL, now=now, error=error, report={"phase": "task"})
+        assert draft is not None
         writer.append([draft], now=ledger.now_ms())
         transaction.on_commit(tasks_changed.notify)
     return task_record(task)
@@ -422,17 +470,14 @@ def _finish_failed(task: TaskRecord, *, error: str) -> None:
     """Fail a just-claimed task for good (its build cannot be made) and say why."""
     with ledger.cluster_transaction(task.cluster_id) as writer:
         row = Task.objects.select_for_update().get(pk=task.id)
-        if row.lease_id != task.lease_id:
+        if row.state != TaskState.CLAIMED or row.lease_id != task.lease_id:
             return
-        _close(row, state=TaskState.FAILED, error=error[: lifecycle.ERROR_TEXT_MAX])
-        writer.append(
-            [
-                lifecycle.agent_error_draft(
-                    agent_id=task.agent_id, phase="build", error=error, task=task
-                )
-            ],
-            now=ledger.now_ms(),
+        draft = task_move(
+            row, TaskEvent.FAIL, now=ledger.now_ms(), error=error, report={"phase": "build"}
         )
+        assert draft is not None
+        writer.append([draft], now=ledger.now_ms())
+        transaction.on_commit(tasks_changed.notify)
 
 
 def _max_retries(cluster: ClusterRecord, agent_id: str) -> int:

@@ -1,0 +1,194 @@
+"""Long-polling claims that cost no thread and no database connection while they wait.
+
+A claim with ``wait`` registers with its event loop's ``ClaimWatch`` and awaits a future. One
+task per loop looks at what is claimable (one short query on an executor thread) when it is
+woken — a task queued or freed in this process (``runs.signals.tasks_changed``), a new waiter —
+and at least every ``RECHECK_SECONDS`` otherwise, which also sees tasks queued by other server
+processes. Each claimable task wakes at most one waiter whose filters it passes; only that
+waiter runs a claim transaction. A thousand waiting claims thus cost a thousand futures and
+one query a second, not a thousand threads or a thundering herd of claim transactions.
+docs/decisions/0085-claims-wait-on-the-event-loop.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from ledger import interfaces as ledger
+from runs.models import Task, TaskState
+from runs.services import Claim, task_claim
+from runs.services.tasks import claimable
+from runs.signals import tasks_changed
+
+logger = logging.getLogger(__name__)
+
+# A waiting claim looks again at least this often, for tasks queued by another server.
+RECHECK_SECONDS = 1.0
+# At most one look this often: a thousand claims arriving in a second cost twenty looks.
+LOOK_GAP_SECONDS = 0.05
+# Claimable tasks looked at per look: each agent has at most one, so this bounds agents.
+HEADS_MAX = 5000
+
+Head = tuple[str, str, str]  # cluster, agent, role of a claimable task
+Run = Callable[..., Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFilter:
+    """What a worker asks for (SPEC §7.4): a cluster, agents, roles; empty means any."""
+
+    cluster_id: str | None = None
+    agents: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+
+    def passes(self, head: Head) -> bool:
+        cluster_id, agent_id, role = head
+        return (
+            (self.cluster_id is None or cluster_id == self.cluster_id)
+            and (not self.agents or agent_id in self.agents)
+            and (not self.roles or role in self.roles)
+        )
+
+
+def claimable_heads(*, now: int) -> list[Head]:
+    """Who has a task to hand out now, one row per agent: queue heads, expired tasks, and
+    leases that ran out (the claim ends those first)."""
+    columns = ("cluster_id", "agent_id", "role")
+    heads = list(claimable(now=now).values_list(*columns)[:HEADS_MAX])
+    lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=now)
+    return heads + list(lapsed.values_list(*columns)[:HEADS_MAX])
+
+
+@dataclass(eq=False)
+class _Waiter:
+    wanted: ClaimFilter
+    future: asyncio.Future[bool]
+    order: int = field(default=0)
+
+
+class ClaimWatch:
+    """The waiting claims of one event loop and the one look at what is claimable they share."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, run: Run) -> None:
+        self._loop = loop
+        self._run = run
+        self._waiters: dict[int, _Waiter] = {}
+        self._order = itertools.count()
+        self._kick = asyncio.Event()
+        self._looking: asyncio.Task[None] | None = None
+
+    async def wait(self, wanted: ClaimFilter, timeout: float) -> bool:
+        """Wait until a task that passes ``wanted`` may be claimable (True), or ``timeout``."""
+        if timeout <= 0:
+            return False
+        waiter = _Waiter(wanted=wanted, future=self._loop.create_future())
+        waiter.order = next(self._order)
+        self._waiters[waiter.order] = waiter
+        self._kick.set()
+        if self._looking is None or self._looking.done():
+            self._looking = self._loop.create_task(self._look_while_waited_for())
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.pop(waiter.order, None)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def _look_while_waited_for(self) -> None:
+        tasks_changed.listen(self._loop, self._kick)
+        try:
+            while self._waiters:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), RECHECK_SECONDS)
+                # A burst of arrivals shares a look rather than running them back to back.
+                await asyncio.sleep(LOOK_GAP_SECONDS)
+                self._kick.clear()
+                if not self._waiters:
+                    break
+                try:
+                    heads = await self._run(_heads_now)
+                except Exception:
+                    logger.exception("looking for claimable tasks failed")
+                    await asyncio.sleep(RECHECK_SECONDS)
+                    continue
+                self._wake(heads)  # type: ignore[arg-type]
+        finally:
+            tasks_changed.unlisten(self._loop, self._kick)
+
+    def _wake(self, heads: Sequence[Head]) -> None:
+        """Wake, for each claimable task, the longest-waiting claim it passes."""
+        waiting = [w for w in self._waiters.values() if not w.future.done()]
+        for head in heads:
+            for waiter in waiting:
+                if not waiter.future.done() and waiter.wanted.passes(head):
+                    waiter.future.set_result(True)
+                    break
+
+
+def _heads_now() -> list[Head]:
+    return claimable_heads(now=ledger.now_ms())
+
+
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ClaimWatch] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def claim_watch(run: Run) -> ClaimWatch:
+    """The watch of the running event loop."""
+    loop = asyncio.get_running_loop()
+    watch = _watches.get(loop)
+    if watch is None:
+        watch = _watches[loop] = ClaimWatch(loop, run)
+    return watch
+
+
+async def claim_waiting(
+    *,
+    wanted: ClaimFilter,
+    wait: float,
+    lease_seconds: int | None,
+    worker: str,
+    run: Run,
+    since: float | None = None,
+) -> Claim | None:
+    """Claim a task, waiting up to ``wait`` seconds for one (SPEC §7.4); None after that.
+
+    ``run`` runs a blocking function off the event loop (an executor thread with its own
+    database connection): the claim transactions and the watch's looks, never the waiting.
+    ``since`` is when the request arrived (``time.monotonic()``): the wait counts from then.
+    """
+    deadline = (time.monotonic() if since is None else since) + wait
+
+    def claim_once() -> Claim | None:
+        return task_claim(
+            cluster_id=wanted.cluster_id,
+            agents=wanted.agents,
+            roles=wanted.roles,
+            lease_seconds=lease_seconds,
+            worker=worker,
+        )
+
+    watch = claim_watch(run)
+    # A claim that may wait looks through the watch first: a thousand arriving at once share
+    # one look instead of taking the write lock a thousand times.
+    if wait <= 0 or await watch.wait(wanted, deadline - time.monotonic()):
+        while True:
+            claim = await run(claim_once)
+            if claim is not None:
+                return claim  # type: ignore[return-value]
+            left = deadline - time.monotonic()
+            if left <= 0 or not await watch.wait(wanted, left):
+                return None
+    return None

@@ -1,0 +1,265 @@
+"""The task state machine (runs/states.py): one table, every write through it, real states."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.apps import apps as django_apps
+from django.db import connection
+
+from ledger.interfaces import Conflict, MessageDraft, cluster_create, message_publish
+from ledger.models import Message
+from runs import states
+from runs.models import OPEN_STATES, Task, TaskState
+from runs.selectors import agent_activity
+from runs.services import queue, task_claim, task_complete
+from runs.states import TRANSITIONS, IllegalTransition, TaskEvent, next_state, task_move
+from tests.conftest import ApiClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNS = Path(__file__).resolve().parents[2] / "runs"
+
+
+def agent(agent_id: str, topic: str = "GO", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": agent_id,
+        "role": extra.pop("role", "implementation"),
+        "prompt": f"You are {agent_id}.",
+        "triggers": [{"topic": topic}],
+        "contextStrategy": {"sources": [{"topic": topic, "amount": 1}], "maxTokens": 4000},
+        **extra,
+    }
+
+
+def running(*agents: dict[str, Any], cluster_id: str = "c1") -> str:
+    return cluster_create(
+        cluster_id=cluster_id, config={"agents": list(agents)}, state="running"
+    ).id
+
+
+def publish(cluster_id: str, topic: str = "GO") -> None:
+    message_publish(
+        cluster_id=cluster_id, draft=MessageDraft(topic=topic, sender="system", content={})
+    )
+
+
+def claim(api: ApiClient, **body: Any) -> Any:
+    return api.post("/api/v1/tasks/claim", {"wait": 0, **body})
+
+
+def lease_runs_out(task_id: str) -> None:
+    Task.objects.filter(pk=task_id).update(lease_expires_at=1)
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+@pytest.mark.parametrize("event", list(TaskEvent))
+def test_a_move_the_table_lacks_raises(state: TaskState, event: TaskEvent) -> None:
+    if (state, event) in TRANSITIONS:
+        assert next_state(state, event) == TRANSITIONS[(state, event)]
+    else:
+        with pytest.raises(IllegalTransition):
+            next_state(state, event)
+
+
+def test_final_states_are_left_by_nothing_and_open_states_agree() -> None:
+    assert {
+        TaskState.COMPLETED,
+        TaskState.FAILED,
+        TaskState.CANCELLED,
+        TaskState.DROPPED,
+    } == states.FINAL_STATES
+    assert set(OPEN_STATES) == states.OPEN_STATES
+
+
+def test_an_illegal_move_of_a_row_raises_and_leaves_it_as_it_was(api: ApiClient) -> None:
+    cid = running(agent("worker"))
+    publish(cid)
+    task = Task.objects.get()
+    with pytest.raises(IllegalTransition):
+        task_move(task, TaskEvent.COMPLETE, now=1)
+    assert Task.objects.get().state == TaskState.QUEUED
+
+
+def test_no_module_but_the_state_machine_writes_a_task_state() -> None:
+    # an assignment to a row's state, or an UPDATE that sets one (across lines)
+    writes = re.compile(r"\btask\w*\.state\s*=(?!=)|\.update\((?:[^()]|\([^()]*\))*\bstate=")
+    offenders = [
+        f"{path.relative_to(RUNS)}: {found.group(0)[:60]}"
+        for path in RUNS.rglob("*.py")
+        if path.name != "states.py" and "migrations" not in path.parts
+        for found in writes.finditer(path.read_text())
+    ]
+    assert offenders == []
+
+
+# --- dropped -------------------------------------------------------------------------------------
+
+
+def test_a_trigger_dropped_from_a_full_buffer_is_dropped_and_reads_cancelled_on_the_wire(
+    api: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given an agent whose buffer holds two waiting triggers, and a running task
+    monkeypatch.setattr(queue, "BUFFER_LIMIT", 2)
+    cid = running(agent("worker"))
+    publish(cid)
+    assert claim(api).status_code == 200
+    publish(cid)
+    publish(cid)
+    # when a third trigger arrives while two wait
+    publish(cid)
+    # then the oldest waiting one is dropped: a state of its own
+    states_now = list(Task.objects.order_by("created_at", "id").values_list("state", flat=True))
+    assert states_now == ["claimed", "dropped", "queued", "queued"]
+    [dropped] = api.get(f"/api/v1/clusters/{cid}/tasks", state="dropped").json()["items"]
+    assert (dropped["state"], dropped["state_detail"]) == ("cancelled", "dropped")
+    cancelled = api.get(f"/api/v1/clusters/{cid}/tasks", state="cancelled").json()["items"]
+    assert [t["id"] for t in cancelled] == [dropped["id"]]
+    assert agent_activity(cluster_id=cid, agent_ids=["worker"])["worker"].dropped == 1
+
+
+def test_the_migration_turns_dropped_error_prefixes_into_the_dropped_state(
+    api: ApiClient,
+) -> None:
+    from importlib import import_module
+
+    migration = import_module("runs.migrations.0002_task_states_expired_and_dropped")
+    cid = running(agent("worker"))
+    publish(cid)
+    publish(cid)
+    first, second = Task.objects.order_by("created_at", "id")
+    Task.objects.filter(pk=first.pk).update(state="cancelled", error="dropped: 200 waiting")
+    Task.objects.filter(pk=second.pk).update(state="cancelled", error="the cluster stopped")
+    migration.dropped_forward(django_apps, None)
+    assert Task.objects.get(pk=first.pk).state == "dropped"
+    assert Task.objects.get(pk=second.pk).state == "cancelled"
+
+
+# --- expired -------------------------------------------------------------------------------------
+
+
+def test_a_lease_that_runs_out_is_expired_claimable_again_and_reads_queued(
+    api: ApiClient,
+) -> None:
+    # given a task whose worker vanished
+    cid = running(agent("worker"), agent("other", "ELSE"))
+    publish(cid)
+    lost = claim(api).json()["task"]
+    lease_runs_out(lost["id"])
+    # when a worker of another agent claims
+    assert claim(api, agents=["other"]).status_code == 204
+    # then the lost task is expired: a state of its own, queued on the wire, no lease honoured
+    listed = api.get(f"/api/v1/clusters/{cid}/tasks", state="expired").json()["items"]
+    assert [(t["id"], t["state"], t["state_detail"]) for t in listed] == [
+        (lost["id"], "queued", "expired")
+    ]
+    queued = api.get(f"/api/v1/clusters/{cid}/tasks", state="queued").json()["items"]
+    assert [t["id"] for t in queued] == [lost["id"]]
+    beat = api.post(f"/api/v1/tasks/{lost['id']}/heartbeat", {"lease_id": lost["lease_id"]})
+    assert beat.status_code == 409
+    # and the next claim takes it again, as a second attempt
+    again = claim(api).json()["task"]
+    assert (again["id"], again["attempts"], again["state"]) == (lost["id"], 2, "claimed")
+
+
+def test_an_expiring_lease_counts_as_an_attempt_and_past_max_retries_fails_for_good(
+    api: ApiClient,
+) -> None:
+    # given an agent that kills its runner every time, with one retry
+    cid = running(agent("worker", maxRetries=1))
+    publish(cid)
+    for _ in range(2):
+        lost = claim(api).json()["task"]
+        lease_runs_out(lost["id"])
+    # when the lease of its second attempt runs out
+    assert claim(api).status_code == 204
+    # then the task has failed for good, and says so
+    task = Task.objects.get()
+    assert (task.state, task.attempts) == ("failed", 2)
+    error = Message.objects.get(topic="AGENT_ERROR")
+    assert error.content["data"]["phase"] == "lease"
+    assert error.content["data"]["retryBudgetExhausted"] is True
+    assert error.content["data"]["taskId"] == task.id
+    assert "lease expired" in error.content["data"]["error"]
+
+
+# --- claims that cannot build (issue 17, item 8) ------------------------------------------------
+
+
+def test_a_claim_that_cannot_build_fails_that_task_and_later_claims_move_on(
+    api: ApiClient, on_postgres: bool
+) -> None:
+    # given an agent whose budget its build cannot store (PostgreSQL integer; SQLite 64 bits)
+    huge = 3_000_000_000 if on_postgres else 2**63
+    broken = agent("broken")
+    broken["contextStrategy"]["maxTokens"] = huge
+    cid = running(broken, agent("fine"))
+    publish(cid)
+    # when workers claim
+    first = claim(api, agents=["broken"])
+    second = claim(api)
+    # then the broken task failed visibly, nothing answered 500, and the queue moved on
+    assert first.status_code == 204, first.content
+    assert second.status_code == 200, second.content
+    assert second.json()["task"]["agent_id"] == "fine"
+    broken_task = Task.objects.get(agent_id="broken")
+    assert broken_task.state == "failed"
+    error = Message.objects.get(topic="AGENT_ERROR")
+    assert (error.content["data"]["phase"], error.content["data"]["taskId"]) == (
+        "build",
+        broken_task.id,
+    )
+    assert claim(api).status_code == 204
+
+
+# --- idempotent completion (issue 17, item 12) --------------------------------------------------
+
+COMPLETERS = 8
+
+
+def test_concurrent_completions_with_one_body_all_get_the_same_messages(db: None) -> None:
+    # given a claimed task
+    cid = running(agent("worker"))
+    publish(cid)
+    claimed = task_claim(worker="w")
+    assert claimed is not None
+    start = threading.Barrier(COMPLETERS)
+    answers: list[Any] = []
+    lock = threading.Lock()
+
+    def complete(result: dict[str, Any]) -> None:
+        try:
+            start.wait()
+            done = task_complete(
+                task_id=claimed.task.id, lease_id=claimed.task.lease_id, result=result
+            )
+            outcome: Any = [m.id for m in done.messages]
+        except Exception as error:
+            outcome = error
+        finally:
+            connection.close()
+        with lock:
+            answers.append(outcome)
+
+    # when eight workers complete it at once with the same body
+    threads = [
+        threading.Thread(target=complete, args=({"summary": "done"},)) for _ in range(COMPLETERS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # then all eight get the same messages, published once
+    assert all(isinstance(a, list) for a in answers), answers
+    assert len({tuple(a) for a in answers}) == 1
+    assert Message.objects.filter(topic="AGENT_LIFECYCLE", event="TASK_COMPLETED").count() == 1
+    # and another body is still refused
+    with pytest.raises(Conflict):
+        task_complete(task_id=claimed.task.id, lease_id=claimed.task.lease_id, result={"x": 1})

@@ -1,0 +1,238 @@
+"""``POST /api/v1/tasks/claim`` with a bearer key, answered in front of Django, on the event loop.
+
+Django runs its sync middleware chain on a thread per request, and an async view inside it
+keeps that thread for as long as the view awaits: 600 waiting long-poll claims held 492
+threads. This route takes the claims that carry an API key before Django sees them and does
+what the Ninja endpoint does — the same key check, scoping, rate limit, body bounds, schema and
+error shape, the same answer — with its short database work on executor threads and its wait
+on the event loop (``runs.waiting``). Everything else, including a claim made with an
+operator's session or with a query string, goes on to Django. The Ninja endpoint stays: it
+answers those and describes the route in the OpenAPI schema.
+docs/decisions/0085-claims-wait-on-the-event-loop.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import pydantic
+from django.conf import settings
+
+from ledger.errors import ServiceError
+from ledger.keys import ApiKeyIdentity, api_key_authenticate, api_key_known
+from ledger.threads import in_database
+from runs.api import ClaimIn, ClaimOut, claim_filter
+from runs.waiting import claim_waiting
+from zeroshot_web.api import BoundedJsonParser
+from zeroshot_web.limits import ASGIApp, Receive, Scope, Send
+from zeroshot_web.middleware import CONTENT_SECURITY_POLICY
+from zeroshot_web.throttling import rate_count, retry_after
+
+logger = logging.getLogger(__name__)
+
+PATH = "/api/v1/tasks/claim"
+# What Django's middleware adds to every API answer.
+HEADERS = [
+    (b"content-type", b"application/json; charset=utf-8"),
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+]
+UNAUTHORIZED = {
+    "code": "unauthorized",
+    "message": "a valid API key is required (Authorization: Bearer …)",
+}
+SERVER_ERROR = {
+    "code": "server_error",
+    "message": "the server failed to answer; the error is logged",
+}
+
+
+class Answer(Exception):
+    """Ends the request with ``status`` and ``body`` (None: no body)."""
+
+    def __init__(
+        self,
+        status: int,
+        body: dict[str, Any] | None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
+        super().__init__(status)
+        self.status, self.body, self.headers = status, body, headers
+
+
+class ClaimRoute:
+    """Wraps the HTTP app; bearer-key claims are answered here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = _bearer(scope) if _is_claim(scope) else None
+        if token is None:
+            await self.app(scope, receive, send)
+            return
+        arrived = time.monotonic()
+        try:
+            body = await _body(receive)
+            identity = await _identity(token)
+            if identity is None:
+                if _has_header(scope, b"cookie"):
+                    # A session may still authenticate it, as Ninja tries it next.
+                    await self.app(scope, _replay(body, receive), send)
+                    return
+                raise Answer(401, UNAUTHORIZED)
+            answer = await _claim(identity, body, arrived)
+        except Answer as done:
+            answer = done
+        except Exception:
+            logger.exception("unhandled error on POST %s", PATH)
+            answer = Answer(500, SERVER_ERROR)
+        await _send(send, answer)
+
+
+def _is_claim(scope: Scope) -> bool:
+    return (
+        scope["type"] == "http"
+        and scope.get("method") == "POST"
+        and scope.get("path") == PATH
+        and not scope.get("query_string")
+    )
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"authorization":
+            text: str = bytes(value).decode("latin-1")
+            scheme, _, token = text.partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+def _has_header(scope: Scope, wanted: bytes) -> bool:
+    return any(name.lower() == wanted for name, _ in scope.get("headers", []))
+
+
+async def _body(receive: Receive) -> bytes:
+    """The whole body (``RequestBodyLimit`` in front has bounded it)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise Answer(400, {"code": "bad_request", "message": "the request could not be read"})
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _identity(token: str) -> ApiKeyIdentity | None:
+    """The key's identity, or None; over its rate limit, 429. A key verified lately and no rate
+    limit to count need no thread: a burst of claims is admitted on the loop itself."""
+    if not settings.API_RATE_LIMIT and (known := api_key_known(plain=token)) is not None:
+        return known
+    return await in_database(_admit)(token)  # type: ignore[no-any-return]
+
+
+def _admit(token: str) -> ApiKeyIdentity | None:
+    """The key's identity, or None; over its rate limit, 429 as Ninja's throttle answers."""
+    identity = api_key_authenticate(plain=token)
+    if identity is None:
+        return None
+    allowed, wait = rate_count(identity)
+    if not allowed:
+        seconds = retry_after(wait or 0)
+        raise Answer(
+            429,
+            {"code": "rate_limited", "message": "Too many requests."},
+            ((b"retry-after", str(int(seconds)).encode()),),
+        )
+    return identity
+
+
+async def _claim(identity: ApiKeyIdentity, body: bytes, arrived: float) -> Answer:
+    payload = _payload(body)
+    try:
+        wanted = claim_filter(payload, identity.cluster_id)
+        claim = await claim_waiting(
+            wanted=wanted,
+            wait=payload.wait,
+            lease_seconds=round(payload.lease) if payload.lease is not None else None,
+            worker=payload.worker,
+            run=_run,
+            since=arrived,
+        )
+    except ServiceError as error:
+        raise Answer(error.status, error.to_dict()) from None
+    if claim is None:
+        return Answer(204, None)
+    return Answer(200, ClaimOut.model_validate(claim.to_wire()).model_dump(mode="json"))
+
+
+async def _run(fn: Any) -> Any:
+    return await in_database(fn)()
+
+
+def _payload(body: bytes) -> ClaimIn:
+    """The body as ``ClaimIn``, refused as the API's parser and schema refuse it."""
+    if not body:
+        raise _invalid([{"loc": [], "message": "Field required", "type": "missing"}])
+    request = _BodyOnly(body)
+    try:
+        value = BoundedJsonParser().parse_body(request)  # type: ignore[arg-type]
+    except ServiceError as error:
+        raise Answer(error.status, error.to_dict()) from None
+    try:
+        return ClaimIn.model_validate(value)
+    except pydantic.ValidationError as error:
+        raise _invalid(
+            [
+                {"loc": list(e["loc"]), "message": e["msg"], "type": e["type"]}
+                for e in error.errors()
+            ]
+        ) from None
+
+
+class _BodyOnly:
+    """What ``BoundedJsonParser.parse_body`` reads of a request."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+
+def _invalid(details: list[dict[str, Any]]) -> Answer:
+    first = details[0]
+    where = ".".join(str(part) for part in first["loc"]) or "request"
+    return Answer(
+        422,
+        {
+            "code": "validation_error",
+            "message": f"{where}: {first['message']}",
+            "details": details,
+        },
+    )
+
+
+async def _send(send: Send, answer: Answer) -> None:
+    body = b"" if answer.body is None else json.dumps(answer.body).encode()
+    headers = [*HEADERS, *answer.headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
