@@ -12,13 +12,18 @@ at a time, in sequence order, driven by a cursor (ORCHESTRATION.md):
   is still where the run found it. A run that raced another (a second thread, a second server)
   commits nothing; a server that dies after a commit leaves the cursor behind, and whoever runs
   next catches up. Nothing is lost, nothing is done twice.
+- A stage that fails (planning or writing) makes its step commit nothing; the step is retried
+  with backoff on the failing message alone, and after ``PIPELINE_ATTEMPTS`` attempts a
+  ``PIPELINE_ERROR`` names the message and the stages, and the cursor moves on with the other
+  stages' writes: never past work silently (docs/decisions/0088).
 - Imported messages (``Message.imported``) move the cursor but are never offered (SPEC §7.1).
 - What the stages write (snapshots, lifecycle messages, ``CLUSTER_COMPLETE``) goes through the
   same ledger write path and is offered to the stages in its turn.
 
-Who runs it: with ``PIPELINE_MODE = "thread"`` (servers), a worker thread woken by the bus
-after each commit, plus a sweep every ``PIPELINE_SWEEP_SECONDS`` for clusters whose cursor lags
-(another process's commit, a crash); with ``"inline"`` (tests), the committing thread itself,
+Who runs it: with ``PIPELINE_MODE = "thread"`` (servers), a fair scheduler: a bounded pool of
+worker threads taking woken clusters in turn, a bounded batch per turn (docs/decisions/0089),
+plus a sweep every ``PIPELINE_SWEEP_SECONDS`` for clusters whose cursor lags (another
+process's commit, a crash); with ``"inline"`` (tests), the committing thread itself,
 right after the bus has delivered its messages; with ``"off"``, never in this process (a one-off
 command: a server's sweep catches up).
 """
@@ -53,7 +58,7 @@ BATCH = 500
 RETRY_CAP_SECONDS = 30.0
 # How often a reader waiting for the pipeline re-reads the cursor (another server's progress).
 READ_POLL_SECONDS = 0.02
-# What a stage gave up on is reported under this topic (SPEC §7.6).
+# What a stage gave up on is reported under this topic (docs/decisions/0088).
 PIPELINE_ERROR = "PIPELINE_ERROR"
 PIPELINE_SENDER = "system"
 ERROR_TEXT_MAX = 2000
@@ -294,10 +299,10 @@ class Pipeline:
         """Wait until the pipeline has passed every message the cluster held when called.
 
         Reads that depend on the pipeline (the snapshot, a context build "now", the agents'
-        states) call this first, so that they reflect every publish that has returned (SPEC
-        §7.6). One query when the pipeline is caught up; otherwise it wakes the pipeline and
-        waits, at most ``timeout`` (``PIPELINE_READ_WAIT_SECONDS``), re-reading the cursor —
-        which another server may be moving. False when the wait ran out (logged).
+        states) call this first, so that they reflect every publish that has returned
+        (docs/decisions/0090). One query when the pipeline is caught up; otherwise it wakes the
+        pipeline and waits, at most ``timeout`` (``PIPELINE_READ_WAIT_SECONDS``), re-reading
+        the cursor — which another server may be moving. False when the wait ran out (logged).
         """
         row = Cluster.objects.filter(pk=cluster_id).values_list(
             "last_sequence", "pipeline_sequence"
