@@ -17,7 +17,7 @@ from tests.live_server import LiveServer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PUBLISHERS = 8
-ROUNDS = 125  # 8 x 125 = 1,000 publishes, each read back twice
+ROUNDS = 125  # 8 x 125 = 1,000 publishes, each read back twice (on one server)
 READER = {
     "id": "reader",
     "role": "implementation",
@@ -27,18 +27,30 @@ READER = {
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path).start()
+def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[LiveServer]]:
+    started: list[LiveServer] = []
     try:
-        yield live
+        for n in range(request.param):
+            (tmp_path / str(n)).mkdir()
+            started.append(LiveServer(tmp_path / str(n)).start())
+        yield started
     finally:
-        live.stop()
+        for live in started:
+            live.stop()
 
 
+@pytest.mark.parametrize(
+    ("servers", "rounds"),
+    [(1, ROUNDS), (2, 25)],
+    ids=["one server", "publish to one, read from another"],
+    indirect=["servers"],
+)
 def test_each_publish_is_in_the_snapshot_and_the_build_read_right_after_it(
-    server: LiveServer,
+    servers: list[LiveServer], rounds: int
 ) -> None:
-    # given eight clusters, one per publisher, and a key
+    # given eight clusters, one per publisher, and a key; with two servers (their own pipelines
+    # each), each publish goes to the first and each read to the last
+    publish_to, read_from = servers[0], servers[-1]
     clusters = [cluster_create(cluster_id=f"ryw-{n}").id for n in range(PUBLISHERS)]
     _, key = api_key_create(name="publishers")
     stale: list[str] = []
@@ -46,13 +58,15 @@ def test_each_publish_is_in_the_snapshot_and_the_build_read_right_after_it(
 
     def publisher(cluster_id: str) -> None:
         base = f"/api/v1/clusters/{cluster_id}"
-        with httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        ) as client:
-            for n in range(1, ROUNDS + 1):
+        auth = {"Authorization": f"Bearer {key}"}
+        with (
+            httpx.Client(base_url=publish_to.url, headers=auth, timeout=30) as writer,
+            httpx.Client(base_url=read_from.url, headers=auth, timeout=30) as client,
+        ):
+            for n in range(1, rounds + 1):
                 plan = f"plan-{n:04d}."
                 # when a plan is published, and as soon as its 201 arrives …
-                published = client.post(
+                published = writer.post(
                     f"{base}/messages",
                     json={"topic": "PLAN_READY", "sender": "planner", "content": {"text": plan}},
                 )
@@ -85,5 +99,5 @@ def test_each_publish_is_in_the_snapshot_and_the_build_read_right_after_it(
         thread.join(timeout=600)
     # then every read saw the publish before it: never stale
     assert not any(thread.is_alive() for thread in threads)
-    assert failures == [], server.log_tail()
-    assert stale == [], f"{len(stale)} stale reads of {PUBLISHERS * ROUNDS}: {stale[:5]}"
+    assert failures == [], read_from.log_tail()
+    assert stale == [], f"{len(stale)} stale reads of {PUBLISHERS * rounds}: {stale[:5]}"
