@@ -36,6 +36,7 @@ from ledger.interfaces import (
     cluster_get,
     cluster_list,
     error_responses,
+    pipeline,
     require_cluster,
     scoped_cluster,
 )
@@ -184,6 +185,9 @@ class ValidateIn(Schema):
 )
 def context_build(request: HttpRequest, cluster_id: str, payload: BuildIn) -> BuildOutcome:
     require_cluster(request, cluster_id)
+    if payload.as_of_sequence is None and payload.as_of_timestamp is None:
+        # A build "now" sees every message whose publish has returned, the snapshot included.
+        pipeline.caught_up(cluster_id)
     outcome = services.context_build(
         cluster_id=cluster_id,
         agent_id=payload.agent_id,

@@ -65,7 +65,9 @@ def usage_of(builds: list[BuildRecord]) -> Usage | None:
 
 
 def agents_context(cluster: ClusterRecord) -> dict[str, Any]:
-    """Each agent with its state, current task and last build (three queries)."""
+    """Each agent with its state, current task and last build (three queries, and one more
+    that waits, when it lags, for the pipeline to pass the cluster's newest message)."""
+    ledger.pipeline.caught_up(cluster.id)
     ids = [str(a.get("id", "")) for a in cluster.agents]
     activity = tasks.agent_activity(cluster_id=cluster.id, agent_ids=ids)
     latest = build_latest_by_agent(cluster_ids=[cluster.id])

@@ -18,7 +18,14 @@ from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
 from ledger.push import cluster_group, pusher
-from ledger.records import JSON, ClusterRecord, MessageRecord, SearchHit, replay_allowed
+from ledger.records import (
+    JSON,
+    ClusterRecord,
+    MessageRecord,
+    PipelineLag,
+    SearchHit,
+    replay_allowed,
+)
 from ledger.schemas import (
     ANY_ERRORS,
     BODY_ERRORS,
@@ -43,6 +50,8 @@ from ledger.selectors import (
     message_tail_topics,
     message_timeline,
     message_window,
+    pipeline_lag,
+    pipeline_lags,
 )
 from ledger.services import (
     ClusterWriter,
@@ -105,6 +114,7 @@ __all__ = [
     "MessageOut",
     "MessageRecord",
     "NotFound",
+    "PipelineLag",
     "SearchHit",
     "ServiceError",
     "Stage",
@@ -145,6 +155,8 @@ __all__ = [
     "message_window",
     "now_ms",
     "pipeline",
+    "pipeline_lag",
+    "pipeline_lags",
     "pusher",
     "replay_allowed",
     "require_cluster",

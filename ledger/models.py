@@ -37,7 +37,15 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ("-created_at",)
-        indexes = (models.Index(fields=["state", "-created_at"], name="cluster_state_created"),)
+        indexes = (
+            models.Index(fields=["state", "-created_at"], name="cluster_state_created"),
+            # Only the clusters whose pipeline lags: the sweep and the lag report read it.
+            models.Index(
+                fields=["id"],
+                condition=models.Q(pipeline_sequence__lt=models.F("last_sequence")),
+                name="cluster_pipeline_lagging",
+            ),
+        )
 
     def __str__(self) -> str:
         return self.id

@@ -12,22 +12,29 @@ at a time, in sequence order, driven by a cursor (ORCHESTRATION.md):
   is still where the run found it. A run that raced another (a second thread, a second server)
   commits nothing; a server that dies after a commit leaves the cursor behind, and whoever runs
   next catches up. Nothing is lost, nothing is done twice.
+- A stage that fails (planning or writing) makes its step commit nothing; the step is retried
+  with backoff on the failing message alone, and after ``PIPELINE_ATTEMPTS`` attempts a
+  ``PIPELINE_ERROR`` names the message and the stages, and the cursor moves on with the other
+  stages' writes: never past work silently (docs/decisions/0088).
 - Imported messages (``Message.imported``) move the cursor but are never offered (SPEC §7.1).
 - What the stages write (snapshots, lifecycle messages, ``CLUSTER_COMPLETE``) goes through the
   same ledger write path and is offered to the stages in its turn.
 
-Who runs it: with ``PIPELINE_MODE = "thread"`` (servers), a worker thread woken by the bus
-after each commit, plus a sweep every ``PIPELINE_SWEEP_SECONDS`` for clusters whose cursor lags
-(another process's commit, a crash); with ``"inline"`` (tests), the committing thread itself,
+Who runs it: with ``PIPELINE_MODE = "thread"`` (servers), a fair scheduler: a bounded pool of
+worker threads taking woken clusters in turn, a bounded batch per turn (docs/decisions/0089),
+plus a sweep every ``PIPELINE_SWEEP_SECONDS`` for clusters whose cursor lags (another
+process's commit, a crash); with ``"inline"`` (tests), the committing thread itself,
 right after the bus has delivered its messages; with ``"off"``, never in this process (a one-off
 command: a server's sweep catches up).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,11 +47,21 @@ from ledger.bus import bus
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord
 from ledger.selectors import cluster_record, message_record
+from ledger.services.drafts import MessageDraft
+from ledger.services.publish import now_ms
 from ledger.services.writer import ClusterWriter, cluster_transaction
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+# Failed steps wait base * 2^(attempt - 1) seconds (PIPELINE_RETRY_SECONDS), at most this.
+RETRY_CAP_SECONDS = 30.0
+# How often a reader waiting for the pipeline re-reads the cursor (another server's progress).
+READ_POLL_SECONDS = 0.02
+# What a stage gave up on is reported under this topic (docs/decisions/0088).
+PIPELINE_ERROR = "PIPELINE_ERROR"
+PIPELINE_SENDER = "system"
+ERROR_TEXT_MAX = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +94,36 @@ class Stage(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What one step over a cluster did: how far it moved the cursor, or when to try again."""
+
+    moved: int = 0
+    # Set when a stage failed and the step committed nothing: seconds until the next attempt.
+    retry_in: float | None = None
+    # Another thread of this process asked for the cluster meanwhile: go round once more.
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """A cluster whose step failed: from which cursor, and how many attempts so far."""
+
+    at: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class _StageError:
+    stage: str
+    phase: str  # "plan" or "apply"
+    error: str
+
+
+class _Retry(Exception):
+    """Raised inside a step's transaction to roll back an attempt that will be retried."""
+
+
 class Pipeline:
     """Runs the registered stages over each cluster's new messages, in sequence order."""
 
@@ -85,7 +132,10 @@ class Pipeline:
         self._guard = threading.Lock()
         self._running: set[str] = set()
         self._dirty: set[str] = set()
-        self._worker: _Worker | None = None
+        self._failures: dict[str, _Failure] = {}
+        self._scheduler: _Scheduler | None = None
+        # Notified after every step that moved a cursor: readers waiting for the pipeline.
+        self._progress = threading.Condition()
 
     # --- stages ---------------------------------------------------------------------------
 
@@ -108,60 +158,131 @@ class Pipeline:
     def run(self, cluster_id: str) -> int:
         """Offer the cluster's messages after its cursor to every stage until it is caught up.
 
-        Returns how many messages this call moved the cursor over. When another thread of this
-        process is already running the cluster, it is asked to go round once more instead.
+        Returns how many messages this call moved the cursor over. A failing step is retried
+        here after its backoff (the inline mode's publisher waits for it). When another thread
+        of this process is already running the cluster, it is asked to go round once more.
         """
-        with self._guard:
-            if cluster_id in self._running:
-                self._dirty.add(cluster_id)
-                return 0
-            self._running.add(cluster_id)
+        if not self._enter(cluster_id):
+            return 0
         moved = 0
         try:
             while True:
                 with self._guard:
                     self._dirty.discard(cluster_id)
-                step = self._step(cluster_id)
-                moved += step
-                if step == 0:
+                turn = self._step(cluster_id, BATCH)
+                moved += turn.moved
+                if turn.retry_in is not None:
+                    time.sleep(turn.retry_in)
+                    continue
+                if turn.moved == 0:
                     with self._guard:
                         if cluster_id not in self._dirty:
                             return moved
         finally:
-            with self._guard:
-                self._running.discard(cluster_id)
+            self._leave(cluster_id)
 
-    def _step(self, cluster_id: str) -> int:
-        batch = _read_batch(cluster_id)
+    def turn(self, cluster_id: str, *, limit: int) -> Turn | None:
+        """One bounded step over a cluster (the scheduler's unit of work); ``None`` when
+        another thread of this process is running it (that one goes round again)."""
+        if not self._enter(cluster_id):
+            return None
+        try:
+            with self._guard:
+                self._dirty.discard(cluster_id)
+            turn = self._step(cluster_id, limit)
+            with self._guard:
+                again = cluster_id in self._dirty
+            return Turn(moved=turn.moved, retry_in=turn.retry_in, again=again)
+        finally:
+            self._leave(cluster_id)
+
+    def _enter(self, cluster_id: str) -> bool:
+        with self._guard:
+            if cluster_id in self._running:
+                self._dirty.add(cluster_id)
+                return False
+            self._running.add(cluster_id)
+            return True
+
+    def _leave(self, cluster_id: str) -> None:
+        with self._guard:
+            self._running.discard(cluster_id)
+
+    def _step(self, cluster_id: str, limit: int) -> Turn:
+        """Plan and commit one batch. A stage that fails (planning or writing) makes the whole
+        step commit nothing and be retried, on the failing message alone, after a backoff;
+        after ``PIPELINE_ATTEMPTS`` attempts a ``PIPELINE_ERROR`` names the message, the
+        stages that failed and why, and the cursor moves on with the other stages' writes."""
+        with self._guard:
+            failure = self._failures.get(cluster_id)
+        batch = _read_batch(cluster_id, limit=limit, narrow_at=failure.at if failure else None)
         if batch is None:
-            return 0
-        writes: list[Writes] = []
-        for stage in self.stages:
+            self._forget_failure(cluster_id)
+            return Turn()
+        if failure is not None and failure.at != batch.after:
+            failure = None  # the cursor moved on (another server): a fresh start
+        attempt = (failure.attempts if failure is not None else 0) + 1
+        final = attempt >= max(1, int(settings.PIPELINE_ATTEMPTS))
+        errors: list[_StageError] = []
+        writes: list[tuple[str, Writes]] = []
+        for stage in self.stages if batch.live else []:
             try:
-                planned = stage.plan(batch) if batch.live else None
-            except Exception:
-                # A broken stage must not wedge the cluster: its reaction to this batch is lost
-                # (and logged), the others' still commit.
-                logger.exception("pipeline stage %s failed on %s", stage.name, cluster_id)
+                planned = stage.plan(batch)
+            except Exception as exc:
+                logger.exception(
+                    "pipeline stage %s failed to plan on %s after #%s (attempt %s)",
+                    stage.name,
+                    cluster_id,
+                    batch.after,
+                    attempt,
+                )
+                errors.append(_StageError(stage.name, "plan", _storable(repr_error(exc))))
                 continue
             if planned is not None:
-                writes.append(planned)
-        with cluster_transaction(cluster_id) as writer:
-            if writer.pipeline_sequence != batch.after:
-                return 0  # someone else ran these messages meanwhile
-            for planned in writes:
-                try:
-                    # A savepoint each: writes that fail (a message over a limit) are dropped
-                    # and logged; the others and the cursor still commit.
-                    with writer.savepoint():
-                        planned.apply(writer)
-                except Exception:
-                    logger.exception("pipeline writes %r failed on %s", planned, cluster_id)
-            writer.pipeline_advance(batch.upto)
-        return batch.upto - batch.after
+                writes.append((stage.name, planned))
+        if errors and not final:
+            return self._retry(cluster_id, batch, attempt)
+        try:
+            with cluster_transaction(cluster_id) as writer:
+                if writer.pipeline_sequence != batch.after:
+                    return Turn()  # someone else ran these messages meanwhile
+                for name, planned in writes:
+                    try:
+                        with writer.savepoint():
+                            planned.apply(writer)
+                    except Exception as exc:
+                        logger.exception(
+                            "pipeline writes of %s failed on %s after #%s (attempt %s)",
+                            name,
+                            cluster_id,
+                            batch.after,
+                            attempt,
+                        )
+                        if not final:
+                            raise _Retry from exc
+                        errors.append(_StageError(name, "apply", _storable(repr_error(exc))))
+                if errors:
+                    _report(writer, batch, errors, attempt)
+                writer.pipeline_advance(batch.upto)
+        except _Retry:
+            return self._retry(cluster_id, batch, attempt)
+        self._forget_failure(cluster_id)
+        with self._progress:
+            self._progress.notify_all()
+        return Turn(moved=batch.upto - batch.after)
+
+    def _retry(self, cluster_id: str, batch: Batch, attempt: int) -> Turn:
+        with self._guard:
+            self._failures[cluster_id] = _Failure(at=batch.after, attempts=attempt)
+        base = float(settings.PIPELINE_RETRY_SECONDS)
+        return Turn(retry_in=min(RETRY_CAP_SECONDS, base * 2 ** (attempt - 1)))
+
+    def _forget_failure(self, cluster_id: str) -> None:
+        with self._guard:
+            self._failures.pop(cluster_id, None)
 
     def wake(self, cluster_id: str) -> None:
-        """A commit happened in ``cluster_id``: run the pipeline now, or tell the worker."""
+        """A commit happened in ``cluster_id``: run the pipeline now, or tell the scheduler."""
         mode = settings.PIPELINE_MODE
         if mode == "inline":
             self.run(cluster_id)
@@ -172,21 +293,132 @@ class Pipeline:
         """The bus subscription: a committed batch of published messages wakes its cluster."""
         self.wake(batch[0].cluster_id)
 
-    def start(self) -> _Worker:
-        """Start the background worker and its sweep (once per process)."""
+    # --- read-your-writes --------------------------------------------------------------------
+
+    def caught_up(self, cluster_id: str, *, timeout: float | None = None) -> bool:
+        """Wait until the pipeline has passed every message the cluster held when called.
+
+        Reads that depend on the pipeline (the snapshot, a context build "now", the agents'
+        states) call this first, so that they reflect every publish that has returned
+        (docs/decisions/0090). One query when the pipeline is caught up; otherwise it wakes the
+        pipeline and waits, at most ``timeout`` (``PIPELINE_READ_WAIT_SECONDS``), re-reading
+        the cursor — which another server may be moving. False when the wait ran out (logged).
+        """
+        row = Cluster.objects.filter(pk=cluster_id).values_list(
+            "last_sequence", "pipeline_sequence"
+        )
+        first = row.first()
+        if first is None or first[1] >= first[0]:
+            return True
+        target = first[0]
+        wait = float(settings.PIPELINE_READ_WAIT_SECONDS if timeout is None else timeout)
+        deadline = time.monotonic() + wait
+        self.wake(cluster_id)
+        while True:
+            at = Cluster.objects.filter(pk=cluster_id).values_list("pipeline_sequence", flat=True)
+            cursor = at.first()
+            if cursor is None or cursor >= target:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.warning(
+                    "pipeline of %s still at #%s, not #%s, after %g s: a read goes ahead stale",
+                    cluster_id,
+                    cursor,
+                    target,
+                    wait,
+                )
+                return False
+            with self._progress:
+                self._progress.wait(min(remaining, READ_POLL_SECONDS))
+
+    # --- the scheduler ------------------------------------------------------------------------
+
+    def start(self) -> _Scheduler:
+        """Start the scheduler's workers and its sweep (once per process)."""
         with self._guard:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = _Worker(self)
-                self._worker.start()
-            return self._worker
+            if self._scheduler is None or not self._scheduler.alive():
+                self._scheduler = _Scheduler(
+                    self,
+                    workers=max(1, int(settings.PIPELINE_WORKERS)),
+                    turn_messages=max(1, int(settings.PIPELINE_TURN_MESSAGES)),
+                    sweep_seconds=float(settings.PIPELINE_SWEEP_SECONDS),
+                )
+                self._scheduler.start()
+            return self._scheduler
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the background worker (tests; a server simply exits)."""
+        """Stop the scheduler (tests; a server simply exits). Waits up to ``timeout`` for the
+        turns under way: a script is never interrupted."""
         with self._guard:
-            worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.stop()
-            worker.join(timeout)
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.stop(timeout)
+
+    def backlog(self) -> SchedulerBacklog:
+        """What this process's scheduler holds: clusters ready, running, waiting to retry."""
+        scheduler = self._scheduler
+        return scheduler.backlog() if scheduler is not None else SchedulerBacklog(0, 0, 0, 0)
+
+
+def repr_error(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _storable(text: str, limit: int = ERROR_TEXT_MAX) -> str:
+    """Text that can always be stored: no lone surrogate, no NUL, at most ``limit`` chars."""
+    cut = text if len(text) <= limit else text[: limit - 1] + "…"
+    return "".join("\ufffd" if ch == "\x00" or "\ud800" <= ch <= "\udfff" else ch for ch in cut)
+
+
+def _report(
+    writer: ClusterWriter, batch: Batch, errors: Sequence[_StageError], attempts: int
+) -> None:
+    """Publish the ``PIPELINE_ERROR`` for a message the stages gave up on, with the cursor move.
+
+    A failure on a pipeline error itself is only logged: reporting it would feed the failing
+    stage its own reports forever.
+    """
+    if batch.live and all(m.topic == PIPELINE_ERROR for m in batch.live):
+        logger.error(
+            "pipeline of %s gave up on its own error report #%s: %s",
+            batch.cluster.id,
+            batch.upto,
+            errors,
+        )
+        return
+    first = batch.live[0] if batch.live else batch.messages[0]
+    failed = "; ".join(f"{e.stage} ({e.phase}): {e.error}" for e in errors)
+    draft = MessageDraft(
+        topic=PIPELINE_ERROR,
+        sender=PIPELINE_SENDER,
+        content={
+            "text": _storable(
+                f"The pipeline gave up on message #{first.sequence} ({first.topic}) after "
+                f"{attempts} attempt(s): {failed}"
+            ),
+            "data": {
+                "messageId": first.id,
+                "sequence": first.sequence,
+                "topic": first.topic,
+                "upto": batch.upto,
+                "attempts": attempts,
+                "failures": [
+                    {"stage": e.stage, "phase": e.phase, "error": e.error} for e in errors
+                ],
+            },
+        },
+    )
+    try:
+        with writer.savepoint():
+            writer.append([draft], now=now_ms())
+    except Exception:
+        logger.exception(
+            "pipeline of %s could not report its failure on #%s; moving on",
+            batch.cluster.id,
+            first.sequence,
+        )
 
 
 def clusters_lagging(limit: int = 100) -> list[str]:
@@ -195,15 +427,19 @@ def clusters_lagging(limit: int = 100) -> list[str]:
     return list(lagging.values_list("id", flat=True)[:limit])
 
 
-def _read_batch(cluster_id: str) -> Batch | None:
+def _read_batch(cluster_id: str, *, limit: int, narrow_at: int | None = None) -> Batch | None:
+    """The messages after the cursor, at most ``limit``; only the first one when the last
+    step from this same cursor failed (``narrow_at``), so that retries name one message."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None or cluster.pipeline_sequence >= cluster.last_sequence:
         return None
     after = cluster.pipeline_sequence
+    if narrow_at == after:
+        limit = 1
     rows = list(
         Message.objects.filter(
             cluster_id=cluster_id, sequence__gt=after, sequence__lte=cluster.last_sequence
-        ).order_by("sequence")[:BATCH]
+        ).order_by("sequence")[:limit]
     )
     if not rows:
         return None
@@ -218,61 +454,147 @@ def _read_batch(cluster_id: str) -> Batch | None:
     )
 
 
-class _Worker(threading.Thread):
-    """The pipeline's thread in a server: runs woken clusters, and sweeps for lagging ones."""
+@dataclass(frozen=True, slots=True)
+class SchedulerBacklog:
+    """The scheduler's queue in this process, for the metrics."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
-        super().__init__(name="ledger-pipeline", daemon=True)
+    ready: int
+    running: int
+    waiting: int
+    workers: int
+
+
+class _Scheduler:
+    """Fair turns across clusters on a bounded pool of worker threads (a server's pipeline).
+
+    Woken clusters wait in one round-robin queue; a worker takes the first, runs one step of at
+    most ``turn_messages`` messages, and puts it back at the end of the queue while it has more.
+    A cluster is on one worker at a time, so a cluster whose scripts run to their time limit
+    holds one worker, never the queue: the others' turns come on the other workers. A failed
+    step waits for its backoff off the queue. A sweep every ``sweep_seconds`` queues the
+    clusters whose cursor lags (another process's commit, a crash, a missed wake-up).
+    """
+
+    def __init__(
+        self, pipeline: Pipeline, *, workers: int, turn_messages: int, sweep_seconds: float
+    ) -> None:
         self._pipeline = pipeline
-        self._wanted: dict[str, None] = {}
-        self._wakeup = threading.Condition()
+        self._turn_messages = turn_messages
+        self._sweep_seconds = sweep_seconds
+        self._cond = threading.Condition()
+        self._ready: deque[str] = deque()
+        self._queued: set[str] = set()
+        self._busy: set[str] = set()
+        self._again: set[str] = set()
+        self._waiting: dict[str, float] = {}
+        self._delayed: list[tuple[float, str]] = []
         self._stopping = False
+        self._stopped = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"ledger-pipeline-{n}", daemon=True)
+            for n in range(workers)
+        ]
+        self._threads.append(
+            threading.Thread(target=self._sweep, name="ledger-pipeline-sweep", daemon=True)
+        )
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def alive(self) -> bool:
+        return not self._stopping and all(t.is_alive() for t in self._threads)
+
+    def stop(self, timeout: float) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._stopped.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def wake(self, cluster_id: str) -> None:
-        with self._wakeup:
-            self._wanted[cluster_id] = None
-            self._wakeup.notify()
+        with self._cond:
+            self._enqueue(cluster_id)
 
-    def stop(self) -> None:
-        with self._wakeup:
-            self._stopping = True
-            self._wakeup.notify()
+    def backlog(self) -> SchedulerBacklog:
+        with self._cond:
+            return SchedulerBacklog(
+                ready=len(self._ready),
+                running=len(self._busy),
+                waiting=len(self._waiting),
+                workers=len(self._threads) - 1,
+            )
 
-    def run(self) -> None:
-        sweep_every = float(settings.PIPELINE_SWEEP_SECONDS)
-        next_sweep = 0.0
+    def _enqueue(self, cluster_id: str) -> None:
+        """Queue a cluster once (under the condition); one on a worker goes round again."""
+        if cluster_id in self._busy:
+            self._again.add(cluster_id)
+        elif cluster_id not in self._queued and cluster_id not in self._waiting:
+            self._ready.append(cluster_id)
+            self._queued.add(cluster_id)
+            self._cond.notify()
+
+    def _next(self) -> str | None:
+        """The next cluster to run (under the condition), or None when stopping."""
+        while not self._stopping:
+            now = time.monotonic()
+            while self._delayed and self._delayed[0][0] <= now:
+                due, cluster_id = heapq.heappop(self._delayed)
+                if self._waiting.get(cluster_id) == due:
+                    del self._waiting[cluster_id]
+                    self._enqueue(cluster_id)
+            if self._ready:
+                cluster_id = self._ready.popleft()
+                self._queued.discard(cluster_id)
+                self._busy.add(cluster_id)
+                return cluster_id
+            self._cond.wait(self._delayed[0][0] - now if self._delayed else None)
+        return None
+
+    def _work(self) -> None:
         while True:
-            if time.monotonic() >= next_sweep:
-                self._sweep()
-                next_sweep = time.monotonic() + sweep_every
-            with self._wakeup:
-                if not self._wanted and not self._stopping:
-                    self._wakeup.wait(max(0.0, next_sweep - time.monotonic()))
-                if self._stopping:
-                    return
-                wanted, self._wanted = list(self._wanted), {}
-            for cluster_id in wanted:
-                self._run_one(cluster_id)
+            with self._cond:
+                cluster_id = self._next()
+            if cluster_id is None:
+                return
+            turn: Turn | None
+            try:
+                turn = self._pipeline.turn(cluster_id, limit=self._turn_messages)
+            except Exception:
+                # Nothing committed (the database, a vanished cluster): try again later.
+                logger.exception("pipeline turn failed for cluster %s", cluster_id)
+                turn = Turn(retry_in=float(settings.PIPELINE_RETRY_SECONDS))
+            finally:
+                close_old_connections()
+            with self._cond:
+                self._busy.discard(cluster_id)
+                again = cluster_id in self._again
+                self._again.discard(cluster_id)
+                if turn is None:
+                    continue  # another thread of this process runs it and goes round again
+                if turn.retry_in is not None:
+                    due = time.monotonic() + turn.retry_in
+                    self._waiting[cluster_id] = due
+                    heapq.heappush(self._delayed, (due, cluster_id))
+                    self._cond.notify_all()
+                elif turn.moved or turn.again or again:
+                    self._enqueue(cluster_id)
 
     def _sweep(self) -> None:
-        try:
-            lagging = clusters_lagging()
-        except Exception:
-            logger.exception("pipeline sweep failed")
-            lagging = []
-        finally:
-            close_old_connections()
-        for cluster_id in lagging:
-            self._run_one(cluster_id)
-
-    def _run_one(self, cluster_id: str) -> None:
-        try:
-            self._pipeline.run(cluster_id)
-        except Exception:
-            # The cursor did not move: the next wake-up or sweep tries again.
-            logger.exception("pipeline run failed for cluster %s", cluster_id)
-        finally:
-            close_old_connections()
+        while not self._stopping:
+            try:
+                lagging = clusters_lagging()
+            except Exception:
+                logger.exception("pipeline sweep failed")
+                lagging = []
+            finally:
+                close_old_connections()
+            with self._cond:
+                for cluster_id in lagging:
+                    self._enqueue(cluster_id)
+            self._stopped.wait(self._sweep_seconds)
 
 
 pipeline = Pipeline()

@@ -150,3 +150,23 @@ def event_of(content: dict[str, JSON] | None) -> str:
     data = content.get("data") if isinstance(content, dict) else None
     event = data.get("event") if isinstance(data, dict) else None
     return event if isinstance(event, str) and len(event) <= 64 else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineLag:
+    """How far a cluster's post-commit pipeline is behind its ledger (``ledger/pipeline.py``).
+
+    ``undispatched`` messages are committed but not yet offered to the stages (the snapshot,
+    triggers); ``oldest_age_ms`` is how long the first of them has waited (``None`` when
+    caught up).
+    """
+
+    cluster_id: str
+    last_sequence: int
+    pipeline_sequence: int
+    oldest_timestamp: int | None
+    oldest_age_ms: int | None
+
+    @property
+    def undispatched(self) -> int:
+        return max(0, self.last_sequence - self.pipeline_sequence)

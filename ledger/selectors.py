@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 
 from ledger import statements
 from ledger.errors import InvalidInput, NotFound
 from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter, filter_check
 from ledger.models import Cluster, Message
-from ledger.records import ClusterRecord, MessageRecord, SearchHit
+from ledger.records import ClusterRecord, MessageRecord, PipelineLag, SearchHit
 from ledger.search import search_narrow
 from ledger.topics import Topic
 from ledger.validation import INT64_MAX, integer_check, text_problem
@@ -407,3 +407,47 @@ def message_window(
     newest = list(messages.order_by("-sequence")[:limit])
     newest.reverse()
     return [message_record(m, cluster_id=cluster_id) for m in newest]
+
+
+def _with_oldest_undispatched(clusters: QuerySet[Cluster]) -> QuerySet[Cluster]:
+    """Clusters with the timestamp of the first message after their pipeline's cursor: one
+    seek on the unique (cluster, sequence) index each."""
+    first = Message.objects.filter(
+        cluster_id=OuterRef("pk"), sequence=OuterRef("pipeline_sequence") + 1
+    ).values("timestamp")[:1]
+    return clusters.annotate(oldest_undispatched=Subquery(first))
+
+
+def _lag(row: tuple[str, int, int, int | None], now: int) -> PipelineLag:
+    cluster_id, last, cursor, oldest = row
+    behind = cursor < last and oldest is not None
+    return PipelineLag(
+        cluster_id=cluster_id,
+        last_sequence=last,
+        pipeline_sequence=cursor,
+        oldest_timestamp=oldest if behind else None,
+        oldest_age_ms=max(0, now - oldest) if behind and oldest is not None else None,
+    )
+
+
+_LAG_FIELDS = ("id", "last_sequence", "pipeline_sequence", "oldest_undispatched")
+
+
+def pipeline_lag(*, cluster_id: str, now: int) -> PipelineLag:
+    """How far the pipeline is behind one cluster (one query), or ``NotFound``."""
+    clusters = _with_oldest_undispatched(Cluster.objects.filter(pk=cluster_id))
+    row = clusters.values_list(*_LAG_FIELDS).first()
+    if row is None:
+        raise NotFound(f"cluster {cluster_id!r} not found", details={"cluster_id": cluster_id})
+    return _lag(row, now)
+
+
+def pipeline_lags(*, now: int, limit: int = 100) -> list[PipelineLag]:
+    """The clusters the pipeline is behind, the longest-waiting first, at most ``limit`` (one
+    query; the partial index ``cluster_pipeline_lagging`` holds only lagging clusters)."""
+    integer_check(limit, field="limit", minimum=1, maximum=MAX_PAGE)
+    lagging = Cluster.objects.filter(pipeline_sequence__lt=F("last_sequence"))
+    rows = _with_oldest_undispatched(lagging).order_by(
+        F("oldest_undispatched").asc(nulls_last=True), "id"
+    )
+    return [_lag(row, now) for row in rows.values_list(*_LAG_FIELDS)[:limit]]

@@ -13,6 +13,7 @@ from ledger.interfaces import (
     NotFound,
     cluster_get,
     error_responses,
+    pipeline,
     require_cluster,
 )
 from snapshots.snapshotter import snapshot_latest
@@ -29,6 +30,8 @@ router = Router(tags=["snapshots"])
 def snapshot_get(request: HttpRequest, cluster_id: str) -> dict[str, Any]:
     require_cluster(request, cluster_id)
     cluster_get(cluster_id=cluster_id)
+    # Read-your-writes: the snapshot holds every message whose publish has returned.
+    pipeline.caught_up(cluster_id)
     snapshot = snapshot_latest(cluster_id=cluster_id)
     if snapshot is None:
         raise NotFound(

@@ -277,6 +277,17 @@ CONTEXT_METRICS_LEDGER = env_bool("ZEROSHOT_CONTEXT_METRICS_LEDGER")
 # server process; "inline" in the committing thread (tests); "off" never in this process.
 PIPELINE_MODE = os.environ.get("ZEROSHOT_PIPELINE", "thread")
 PIPELINE_SWEEP_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_SWEEP_SECONDS", 2.0))
+# Its fair scheduler: worker threads per process (a cluster is on one at a time), and the most
+# messages one turn of a cluster offers before the next cluster's turn.
+PIPELINE_WORKERS = env_int("ZEROSHOT_PIPELINE_WORKERS", 4)
+PIPELINE_TURN_MESSAGES = env_int("ZEROSHOT_PIPELINE_TURN_MESSAGES", 50)
+# A failing step is retried after PIPELINE_RETRY_SECONDS, doubled per attempt; after
+# PIPELINE_ATTEMPTS attempts a PIPELINE_ERROR names the message and the cursor moves on.
+PIPELINE_ATTEMPTS = env_int("ZEROSHOT_PIPELINE_ATTEMPTS", 5)
+PIPELINE_RETRY_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_RETRY_SECONDS", 0.5))
+# How long a read that depends on the pipeline (the snapshot, a build "now") waits for it to
+# pass the cluster's newest message before it answers with what there is.
+PIPELINE_READ_WAIT_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_READ_WAIT_SECONDS", 5.0))
 
 # Runs (SPEC §7.3): a retried task waits this long, doubled per attempt, before its next claim.
 RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.0))

@@ -18,6 +18,8 @@ API_RATE_LIMIT = None
 # no worker thread starts when a test module imports the ASGI application. A server or script
 # a test starts in a subprocess may ask for another mode.
 PIPELINE_MODE = os.environ.get("ZEROSHOT_PIPELINE", "inline")
+# A failing pipeline step is retried without the production backoff.
+PIPELINE_RETRY_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_RETRY_SECONDS", 0.01))
 # A test's data lives in its own open transaction, on its own thread's connection: async views
 # do their database work on the request's thread, where Django's test client runs it, not on
 # the server's long-lived database threads (ledger/threads.py). Servers a test starts in a

@@ -362,11 +362,11 @@ def test_cluster_page_query_count_does_not_grow_with_the_ledger(
     many("small", 10)
     many("large", 300)
 
-    # session, user, cluster, one timeline page, open and finished tasks, latest builds,
-    # newest snapshot
-    with django_assert_num_queries(8):
+    # session, user, cluster, one timeline page, the pipeline's cursor (read-your-writes), open
+    # and finished tasks, latest builds, newest snapshot
+    with django_assert_num_queries(9):
         small = operator_client.get("/clusters/small/")
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         large = operator_client.get("/clusters/large/")
     with django_assert_num_queries(4):
         operator_client.get("/clusters/large/", headers={"HX-Request": "true"})
@@ -597,9 +597,9 @@ def test_search_page_query_count_is_pinned(
     cluster_create(cluster_id="big", config={"agents": AGENTS})
     many("big", 300)
 
-    # session, user, cluster, the search (snippets included), open and finished tasks, latest
-    # builds, newest snapshot
-    with django_assert_num_queries(8):
+    # session, user, cluster, the search (snippets included), the pipeline's cursor, open and
+    # finished tasks, latest builds, newest snapshot
+    with django_assert_num_queries(9):
         response = operator_client.get("/clusters/big/", {"q": "step"})
     # htmx: the region only
     with django_assert_num_queries(4):

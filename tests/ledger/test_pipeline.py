@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from ledger.models import Cluster
+from ledger.models import Cluster, Message
 from ledger.pipeline import Batch, Pipeline, clusters_lagging, pipeline
 from ledger.records import MessageRecord
 from ledger.services import (
@@ -153,32 +153,130 @@ def test_a_run_that_raced_another_writes_nothing(cluster: str) -> None:
     assert cursor(cluster) == 1
 
 
-def test_failing_writes_are_dropped_and_the_cursor_still_moves(
-    cluster: str, recorder: Recorder, caplog: pytest.LogCaptureFixture
+class FailingWrites:
+    """Writes that fail while ``failures`` lasts, on the messages of one topic."""
+
+    def __init__(self, stage: FailingStage) -> None:
+        self.stage = stage
+
+    def apply(self, writer: ClusterWriter) -> None:
+        writer.append([MessageDraft(topic="X", sender="s")], now=now_ms())
+        if self.stage.failures > 0:
+            self.stage.failures -= 1
+            raise RuntimeError("broken writes \x00 \ud83d")
+
+
+@dataclass
+class FailingStage:
+    """Answers each BAD with an X; its writes (or its planning) fail ``failures`` times."""
+
+    failures: int
+    on: str = "apply"
+    name: str = "broken"
+    offered: list[int] = field(default_factory=list)
+
+    def plan(self, batch: Batch) -> FailingWrites | None:
+        self.offered.extend(m.sequence for m in batch.live)
+        if not any(m.topic == "BAD" for m in batch.live):
+            return None
+        if self.on == "plan" and self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("broken planning")
+        return FailingWrites(self)
+
+
+@pytest.fixture
+def failing() -> Iterator[FailingStage]:
+    stage = FailingStage(failures=0)
+    pipeline.register(stage, order=60)
+    yield stage
+    pipeline.unregister(stage)
+
+
+def ledger_topics(cluster_id: str) -> list[str]:
+    return list(
+        Message.objects.filter(cluster_id=cluster_id)
+        .order_by("sequence")
+        .values_list("topic", flat=True)
+    )
+
+
+@pytest.mark.parametrize("on", ["apply", "plan"])
+def test_a_stage_that_fails_for_a_while_is_retried_and_nothing_is_lost(
+    cluster: str, recorder: Recorder, failing: FailingStage, on: str
 ) -> None:
-    # given a second stage whose writes always fail
-    class Broken:
-        def apply(self, writer: ClusterWriter) -> None:
-            writer.append([MessageDraft(topic="X", sender="s")], now=now_ms())
-            raise RuntimeError("broken writes")
+    # given a stage that fails twice on a message, then works
+    failing.failures, failing.on = 2, on
+    # when the message is published (with PIPELINE_ATTEMPTS = 5)
+    with override_settings(PIPELINE_ATTEMPTS=5):
+        publish(cluster, "BAD")
+    # then its writes are in, the other stage's once, and no error was reported
+    assert ledger_topics(cluster) == ["BAD", "X"]
+    assert failing.failures == 0
+    assert cursor(cluster) == 2
 
-    class BrokenStage:
-        name = "broken"
 
-        def plan(self, batch: Batch) -> Broken:
-            return Broken()
+@pytest.mark.parametrize("on", ["apply", "plan"])
+def test_a_stage_that_keeps_failing_is_reported_after_its_attempts_and_the_cursor_moves(
+    cluster: str,
+    recorder: Recorder,
+    failing: FailingStage,
+    on: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # given a stage that always fails on BAD, and a PING before it in the same batch
+    failing.failures, failing.on = 1_000, on
+    with override_settings(PIPELINE_MODE="off"):
+        ping = publish(cluster, "PING")
+        bad = publish(cluster, "BAD")
+        after = publish(cluster, "PING")
+    # when the pipeline runs
+    with override_settings(PIPELINE_ATTEMPTS=3):
+        pipeline.run(cluster)
+    # then the messages before it were not held back, and after three attempts on BAD alone a
+    # PIPELINE_ERROR names it and the stage, and the cluster went on
+    # (once with the whole batch, then three times on BAD alone: its third is the last)
+    assert failing.failures == 1_000 - 4
+    topics = ledger_topics(cluster)
+    assert topics[:3] == ["PING", "BAD", "PING"]
+    assert sorted(topics[3:]) == ["PIPELINE_ERROR", "PONG", "PONG"]
+    [error] = Message.objects.filter(cluster_id=cluster, topic="PIPELINE_ERROR")
+    data = error.content["data"]
+    assert data["messageId"] == bad.id
+    assert data["sequence"] == bad.sequence == 2
+    assert data["attempts"] == 3
+    assert [f["stage"] for f in data["failures"]] == ["broken"]
+    assert data["failures"][0]["phase"] == on
+    # the error's text is storable whatever the exception said
+    assert "\x00" not in error.content["text"]
+    assert "broken" in error.content["text"]
+    assert error.sender == "system"
+    assert ping.sequence == 1
+    assert after.sequence == 3
+    assert cursor(cluster) == Cluster.objects.get(pk=cluster).last_sequence
 
-    broken = BrokenStage()
-    pipeline.register(broken, order=60)
+
+def test_a_failure_on_the_pipelines_own_error_report_is_not_reported_again(
+    cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given a stage that fails on everything
+    class Always:
+        name = "always"
+
+        def plan(self, batch: Batch) -> None:
+            raise RuntimeError("always")
+
+    stage = Always()
+    pipeline.register(stage, order=70)
     try:
-        publish(cluster, "PING")
+        with override_settings(PIPELINE_ATTEMPTS=2):
+            publish(cluster, "A")
     finally:
-        pipeline.unregister(broken)
-    # then the other stage's PONG is in, the broken X is not, and nothing lags
-    topics = [t for _, t in recorder.seen]
-    assert topics == ["PING", "PONG"]
-    assert cursor(cluster) == Cluster.objects.get(pk=cluster).last_sequence == 2
-    assert "broken writes" in caplog.text
+        pipeline.unregister(stage)
+    # then A is reported once, the report itself is not, and nothing lags
+    assert ledger_topics(cluster) == ["A", "PIPELINE_ERROR"]
+    assert cursor(cluster) == 2
+    assert "own error report" in caplog.text
 
 
 def test_the_worker_thread_runs_woken_and_lagging_clusters(recorder: Recorder) -> None:

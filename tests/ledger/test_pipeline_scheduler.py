@@ -1,0 +1,161 @@
+"""The pipeline's thread mode: fair turns across clusters, retries off the queue, and reads
+that wait for the pipeline (read-your-writes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from django.test import override_settings
+from pytest_django import DjangoAssertNumQueries
+
+from ledger.models import Cluster, Message
+from ledger.pipeline import Batch, pipeline
+from ledger.services import ClusterWriter, MessageDraft, cluster_create, message_publish, now_ms
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@dataclass
+class Turns:
+    """Records each batch it is offered: (cluster, how many messages)."""
+
+    name: str = "turns"
+    batches: list[tuple[str, int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def plan(self, batch: Batch) -> None:
+        with self.lock:
+            self.batches.append((batch.cluster.id, len(batch.messages)))
+
+
+@pytest.fixture
+def turns() -> Iterator[Turns]:
+    stage = Turns()
+    pipeline.register(stage, order=50)
+    yield stage
+    pipeline.unregister(stage)
+
+
+def cursor(cluster_id: str) -> int:
+    return Cluster.objects.get(pk=cluster_id).pipeline_sequence
+
+
+def publish(cluster_id: str, topic: str = "T") -> None:
+    message_publish(cluster_id=cluster_id, draft=MessageDraft(topic=topic, sender="s"))
+
+
+def wait_until(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def test_clusters_take_turns_of_a_bounded_batch(turns: Turns) -> None:
+    # given two clusters with 30 messages each that no run has seen
+    with override_settings(PIPELINE_MODE="off"):
+        for cid in ("a", "b"):
+            cluster_create(cluster_id=cid)
+            for _ in range(30):
+                publish(cid)
+    # when one worker with turns of 10 messages runs them
+    with override_settings(PIPELINE_MODE="thread", PIPELINE_WORKERS=1, PIPELINE_TURN_MESSAGES=10):
+        try:
+            pipeline.wake("a")
+            pipeline.wake("b")
+            wait_until(lambda: cursor("a") == cursor("b") == 30)
+        finally:
+            pipeline.stop()
+    # then the clusters alternated, 10 messages a turn, until both were caught up
+    assert turns.batches == [("a", 10), ("b", 10)] * 3
+
+
+def test_a_failing_stage_in_a_server_is_retried_then_reported(turns: Turns) -> None:
+    # given a stage whose writes fail on BAD three times, in a server's thread mode
+    @dataclass
+    class Failing:
+        left: int = 3
+        name: str = "failing"
+
+        def plan(self, batch: Batch) -> Failing | None:
+            return self if any(m.topic == "BAD" for m in batch.live) else None
+
+        def apply(self, writer: ClusterWriter) -> None:
+            writer.append([MessageDraft(topic="DONE", sender="s")], now=now_ms())
+            self.left -= 1
+            raise RuntimeError("not now")
+
+    failing = Failing()
+    pipeline.register(failing, order=60)
+    cid = cluster_create(cluster_id="c").id
+    try:
+        with override_settings(
+            PIPELINE_MODE="thread", PIPELINE_ATTEMPTS=3, PIPELINE_RETRY_SECONDS=0.05
+        ):
+            try:
+                publish(cid, "BAD")
+                # (wakes during the backoff change nothing)
+                for _ in range(5):
+                    pipeline.wake(cid)
+                wait_until(lambda: cursor(cid) == 2)
+            finally:
+                pipeline.stop()
+    finally:
+        pipeline.unregister(failing)
+    # then after three attempts the error was published, with the cursor past both
+    assert failing.left == 0
+    topics = list(Message.objects.filter(cluster_id=cid).values_list("topic", flat=True))
+    assert sorted(topics) == ["BAD", "PIPELINE_ERROR"]
+
+
+def test_a_read_waits_for_the_pipeline_to_pass_what_was_published(
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    # given a stage that takes its time, in a server's thread mode
+    @dataclass
+    class Slow:
+        name: str = "slow"
+
+        def plan(self, batch: Batch) -> None:
+            time.sleep(0.3)
+
+    slow = Slow()
+    pipeline.register(slow, order=60)
+    cid = cluster_create(cluster_id="c").id
+    try:
+        with override_settings(PIPELINE_MODE="thread"):
+            try:
+                publish(cid)
+                # when a read asks for the pipeline right after the publish returned
+                assert cursor(cid) == 0
+                started = time.monotonic()
+                assert pipeline.caught_up(cid) is True
+                waited = time.monotonic() - started
+                # then it waited for it (and no longer), and a caught-up read is one query
+                assert cursor(cid) == 1
+                assert waited < 3
+                with django_assert_num_queries(1):
+                    assert pipeline.caught_up(cid) is True
+            finally:
+                pipeline.stop()
+    finally:
+        pipeline.unregister(slow)
+
+
+def test_a_read_waits_at_most_its_bound() -> None:
+    # given a commit that no pipeline in this process will run
+    cid = cluster_create(cluster_id="c").id
+    with override_settings(PIPELINE_MODE="off"):
+        publish(cid)
+        started = time.monotonic()
+        # when a read waits for it, with a bound of 0.2 s
+        caught_up = pipeline.caught_up(cid, timeout=0.2)
+    # then it goes ahead after the bound, saying so
+    assert caught_up is False
+    assert 0.2 <= time.monotonic() - started < 2
