@@ -10,6 +10,8 @@ server (``docs/decisions/0092-agent-schemas-self-contained-and-bounded.md``):
   reads them) run in RE2, whose matching time is linear in the text; a pattern RE2 cannot run
   (lookaround, backreferences) is refused. ``unevaluatedProperties`` next to
   ``patternProperties`` would run Python's backtracking engine, so that pair is refused.
+- **No quadratic keyword.** ``uniqueItems`` compares items by a canonical form in a set, not
+  pair by pair.
 - **A time limit.** Every keyword checks a deadline, so a schema whose combinators fan out
   exponentially (``allOf`` of ``allOf`` …) stops after ``SCHEMA_TIME_LIMIT_S`` with an error.
 """
@@ -34,6 +36,8 @@ JSON = Any
 
 # The longest a result's check against its schema may take.
 SCHEMA_TIME_LIMIT_S: Final = 1.0
+# The characters of an issue's path and message kept: a message quotes the value.
+ISSUE_TEXT_MAX: Final = 500
 # RE2's memory budget for one compiled pattern (its default): a bigger program is refused.
 PATTERN_MAX_MEMORY: Final = 8 << 20
 _REF_KEYWORDS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
@@ -113,7 +117,18 @@ def schema_issues(
         raise SchemaRefused("the jsonSchema refers to itself without end") from None
     finally:
         _DEADLINE.at = None
-    return tuple(SchemaIssue(path=e.json_path, message=e.message) for e in found[:limit])
+    return tuple(
+        SchemaIssue(path=_cut(e.json_path), message=_cut(e.message)) for e in found[:limit]
+    )
+
+
+def _cut(text: str) -> str:
+    # A message quotes the value it is about, which may be a mebibyte of result; its end says
+    # what is wrong.
+    if len(text) <= ISSUE_TEXT_MAX:
+        return text
+    half = (ISSUE_TEXT_MAX - 1) // 2
+    return f"{text[:half]}…{text[-half:]}"
 
 
 def _schema_entries(schema: JSON) -> Iterator[tuple[str, JSON]]:
@@ -238,7 +253,39 @@ def _additional_properties(
             )
 
 
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    # jsonschema compares unsortable items (objects) pair by pair: quadratic in a 1 MiB array.
+    if unique and validator.is_type(instance, "array") and not _all_unique(instance):
+        yield ValidationError(f"{instance!r} has non-unique elements")
+
+
+def _all_unique(items: list[Any]) -> bool:
+    seen = set()
+    for item in items:
+        key = _canonical(item)
+        if key in seen:
+            return False
+        seen.add(key)
+    return True
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable value equal for JSON-equal values: 1 and 1.0 alike, true and 1 apart."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _canonical(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(item) for item in value))
+    return value
+
+
 _OWN: Final[dict[str, Keyword]] = {
+    "uniqueItems": _unique_items,
     "pattern": _pattern,
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,

@@ -89,7 +89,7 @@ def test_a_catastrophic_pattern_is_matched_in_linear_time() -> None:
 
     issues = schema_issues({"a": "a" * 29 + "!"}, schema, limit=10)
 
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.0
     assert [issue.path for issue in issues] == ["$.a"]
     assert "does not match" in issues[0].message
 
@@ -104,7 +104,7 @@ def test_pattern_properties_and_additional_properties_read_patterns_with_re2() -
 
     issues = schema_issues({"aaa": "x", key: 1}, schema, limit=10)
 
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.0
     messages = sorted(issue.message for issue in issues)
     assert messages == [
         f"'{key}' does not match any of the regexes: '^(a+)+$'",
@@ -122,10 +122,41 @@ def test_a_schema_that_fans_out_exponentially_stops_at_the_time_limit() -> None:
     with pytest.raises(SchemaRefused) as refused:
         schema_issues({}, schema, limit=10, time_limit=0.2)
 
-    assert time.monotonic() - started < 1.0
+    # (without the limit: hours; the margin is for a loaded machine)
+    assert time.monotonic() - started < 5.0
     assert "took more than 0.2 s" in refused.value.message
 
 
 def test_a_schema_that_refers_to_itself_without_end_is_refused_not_raised() -> None:
     with pytest.raises(SchemaRefused):
         schema_issues({}, {"$ref": "#"}, limit=10)
+
+
+def test_unique_items_of_a_large_array_of_objects_is_linear() -> None:
+    # Pair by pair, 20,000 objects take 200 million comparisons: minutes.
+    items: list[Any] = [{"n": n} for n in range(20_000)]
+    started = time.process_time()
+
+    unique = schema_issues(items, {"uniqueItems": True}, limit=10, time_limit=60)
+    repeated = schema_issues([*items, {"n": 5.0}], {"uniqueItems": True}, limit=10, time_limit=60)
+
+    assert time.process_time() - started < 2.0
+    assert unique == ()
+    assert "non-unique" in repeated[0].message
+
+
+@pytest.mark.parametrize(
+    ("items", "unique"),
+    [
+        ([1, 1.0], False),
+        ([True, 1], True),
+        ([0, False, None], True),
+        ([{"a": [1, {"b": 2}]}, {"a": [1, {"b": 2.0}]}], False),
+        ([[1, 2], [2, 1]], True),
+        ([{"a": 1, "b": 2}, {"b": 2, "a": 1}], False),
+    ],
+)
+def test_unique_items_keeps_json_equality(items: list[Any], unique: bool) -> None:
+    issues = schema_issues(items, {"uniqueItems": True}, limit=10)
+
+    assert (issues == ()) is unique

@@ -162,3 +162,19 @@ def test_a_result_larger_than_kept_is_refused(api: ApiClient) -> None:
 
     assert refused.status_code == 422
     assert "at most 1048576" in refused.json()["message"]
+
+
+def test_schema_warnings_quote_a_large_value_only_in_part(api: ApiClient) -> None:
+    schema = {"type": "object", "properties": {"summary": {"type": "integer"}}}
+    cid = running(agent("worker", jsonSchema=schema))
+    publish(cid)
+    task = claim(api)["task"]
+
+    done = complete(api, task, {"summary": "x" * 900_000})
+
+    assert done.status_code == 200
+    warning = next(m for m in done.json()["messages"] if m["topic"] == "AGENT_SCHEMA_WARNING")
+    (error,) = warning["content"]["data"]["errors"]
+    assert len(error) < 600
+    assert "…" in error
+    assert error.endswith("is not of type 'integer'")
