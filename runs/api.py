@@ -64,7 +64,7 @@ class TriggerRefOut(Schema):
     sequence: str
 
 
-class TaskOut(Schema):
+class TaskFieldsOut(Schema):
     id: str
     cluster_id: str
     agent_id: str
@@ -83,9 +83,21 @@ class TaskOut(Schema):
     created_at: int
     claimed_at: int | None
     finished_at: int | None
-    result: Any = None
     error: str | None = None
     usage: Any = None
+
+
+class TaskOut(TaskFieldsOut):
+    result: Any = None
+
+
+class TaskSummaryOut(TaskFieldsOut):
+    result_chars: int | None = Field(
+        None, description="the size of the result: characters of its JSON"
+    )
+    result_preview: str | None = Field(
+        None, description="the first characters of the result's JSON; all of it: GET /tasks/{id}"
+    )
 
 
 class ClaimedTaskOut(TaskOut):
@@ -137,7 +149,7 @@ class CompletionOut(Schema):
 
 
 class TaskPageOut(Schema):
-    items: list[TaskOut]
+    items: list[TaskSummaryOut]
     next_before: str | None
 
 
@@ -276,6 +288,15 @@ def tasks_fail(request: HttpRequest, task_id: str, payload: FailIn) -> dict[str,
         retryable=payload.retryable,
         scope=scoped_cluster(request),
     )
+    return task.to_wire()
+
+
+@router.get(
+    "/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task, with its result"
+)
+def tasks_get(request: HttpRequest, task_id: str) -> dict[str, Any]:
+    task = selectors.task_get(task_id=task_id)
+    require_cluster(request, task.cluster_id)
     return task.to_wire()
 
 

@@ -53,9 +53,17 @@ class TaskRecord:
     result: JSON
     error: str
     usage: JSON
+    # A list's task holds no result, only its size (characters of JSON) and its first characters.
+    result_chars: int | None = None
+    result_preview: str | None = None
+    summary: bool = False
 
     def to_wire(self, *, with_lease: bool = False) -> dict[str, JSON]:
-        """The JSON shape of the work API; the lease id only for the worker holding it."""
+        """The JSON shape of the work API; the lease id only for the worker holding it.
+
+        A summary (a task of a list) has ``result_chars`` and ``result_preview`` instead of
+        ``result``: the full result is one task's read (``GET /tasks/{id}``).
+        """
         wire: dict[str, JSON] = {
             "id": self.id,
             "cluster_id": self.cluster_id,
@@ -80,6 +88,10 @@ class TaskRecord:
             "error": self.error or None,
             "usage": self.usage,
         }
+        if self.summary:
+            del wire["result"]
+            wire["result_chars"] = self.result_chars
+            wire["result_preview"] = self.result_preview
         if with_lease:
             wire["lease_id"] = self.lease_id
         return wire

@@ -5,16 +5,22 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from django.db.models import TextField
+from django.db.models.functions import Cast, Length, Substr
+
 from ledger.interfaces import NotFound
 from runs.models import OPEN_STATES, Task, TaskState
 from runs.records import TaskRecord, states_matching
 
 DEFAULT_PAGE = 50
+# The characters of each result a list of tasks shows.
+RESULT_PREVIEW_CHARS = 200
 MAX_PAGE = 500
 
 
-def task_record(task: Task) -> TaskRecord:
-    """Detach a task from the ORM."""
+def task_record(task: Task, *, summary: bool = False) -> TaskRecord:
+    """Detach a task from the ORM; a summary's task was read without its result
+    (``task_list``)."""
     return TaskRecord(
         id=task.id,
         cluster_id=task.cluster_id,
@@ -34,9 +40,12 @@ def task_record(task: Task) -> TaskRecord:
         available_at=task.available_at,
         claimed_at=task.claimed_at,
         finished_at=task.finished_at,
-        result=task.result,
+        result=None if summary else task.result,
         error=task.error,
         usage=task.usage,
+        result_chars=getattr(task, "result_chars", None),
+        result_preview=getattr(task, "result_preview", None),
+        summary=summary,
     )
 
 
@@ -65,8 +74,16 @@ def task_list(
     if before:
         anchor = Task.objects.filter(pk=before, cluster_id=cluster_id).values("created_at")[:1]
         tasks = tasks.filter(created_at__lte=anchor).exclude(pk=before)
-    ordered = tasks.order_by("-created_at", "-id")[:limit]
-    return [task_record(t) for t in ordered]
+    # A result may be a mebibyte: a page carries its size and first characters, never it whole.
+    as_text = Cast("result", TextField())
+    ordered = (
+        tasks.defer("result")
+        .annotate(
+            result_chars=Length(as_text), result_preview=Substr(as_text, 1, RESULT_PREVIEW_CHARS)
+        )
+        .order_by("-created_at", "-id")[:limit]
+    )
+    return [task_record(t, summary=True) for t in ordered]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 # A JSON value as produced by ``json.loads``.
 JSON = Any
+
+# The largest timeout (ms) or lease (s) the runner takes from a claim: about 31 years of ms.
+NUMBER_MAX: Final = 10**12
 
 
 class ProtocolError(Exception):
@@ -144,7 +147,11 @@ def _optional_text(value: JSON) -> str | None:
 
 
 def _positive_number(value: JSON) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    # A tenant's config may hold any JSON number (10**400, 1e400): one past NUMBER_MAX is
+    # ignored, as if absent, rather than crash the slot that reads it.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not 0 < value <= NUMBER_MAX:
         return None
     return float(value)
 

@@ -40,6 +40,11 @@ _OBJECT_START = re.compile(r'\{\s*["}]')
 _FIRST_SLICE = 4096
 # A decoding error this close to the end of a slice may only mean that the slice cut the object.
 _CUT_MARGIN = 32
+# What all attempts at finding objects may read, per character of output; a failed attempt
+# costs a Python exception, counted as _ATTEMPT_COST characters.
+_SCAN_FACTOR = 4
+_SCAN_SLACK = 1 << 16
+_ATTEMPT_COST = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +97,18 @@ def last_json_object(text: str) -> dict[str, JSON] | None:
 
 
 def top_level_objects(text: str) -> Iterator[dict[str, JSON]]:
-    """Every complete JSON object in ``text`` that is not inside another one, in order."""
+    """Every complete JSON object in ``text`` that is not inside another one, in order.
+
+    The characters all attempts read are capped at ``_SCAN_FACTOR`` times the text, so output
+    built to make every brace read far (deep, unclosed objects) ends the search early instead of
+    taking seconds of CPU; each failed attempt counts ``_ATTEMPT_COST`` for its exception.
+    """
     decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    budget = _SCAN_FACTOR * len(text) + _SCAN_SLACK
     position = 0
-    while (start := _OBJECT_START.search(text, position)) is not None:
-        found = _object_at(decoder, text, start.start())
+    while budget > 0 and (start := _OBJECT_START.search(text, position)) is not None:
+        found, cost = _object_at(decoder, text, start.start())
+        budget -= cost
         if found is None:
             position = start.start() + 1
             continue
@@ -106,11 +118,12 @@ def top_level_objects(text: str) -> Iterator[dict[str, JSON]]:
 
 def _object_at(
     decoder: json.JSONDecoder, text: str, start: int
-) -> tuple[dict[str, JSON], int] | None:
+) -> tuple[tuple[dict[str, JSON], int] | None, int]:
     # A JSONDecodeError counts the lines from the start of the string it was given, so decoding
     # the whole output at each brace made a long output full of braces quadratic. A slice keeps
     # a failure's cost local; it grows only while the failure is at its end (a cut object).
     size = _FIRST_SLICE
+    read = 0
     while True:
         piece = text[start : start + size]
         try:
@@ -120,12 +133,15 @@ def _object_at(
                 error.pos >= len(piece) - _CUT_MARGIN or error.msg.startswith("Unterminated")
             )
             if not cut:
-                return None
+                return None, read + error.pos + _ATTEMPT_COST
+            read += len(piece)
             size *= 4
             continue
-        except ValueError:
-            return None
-        return (value, start + end) if isinstance(value, dict) else None
+        except (ValueError, RecursionError):
+            # Deeper than the parser goes: no result the server would keep.
+            return None, read + len(piece)
+        found = (value, start + end) if isinstance(value, dict) else None
+        return found, read + end
 
 
 def read_usage(source: Mapping[str, JSON]) -> Usage | None:

@@ -291,6 +291,9 @@ PIPELINE_READ_WAIT_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_READ_WAIT_S
 
 # Runs (SPEC §7.3): a retried task waits this long, doubled per attempt, before its next claim.
 RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.0))
+# Logic scripts (hooks, transforms, trigger logic): sandbox processes at most per server process;
+# evaluations beyond them wait for one (runs/logic/engine.py, docs/threat-model.md).
+RUNS_SANDBOX_POOL_SIZE = env_int("RUNS_SANDBOX_POOL_SIZE", 4)
 
 # The largest request body, refused by its Content-Length (or, for a chunked body, by the
 # bytes counted as they arrive) before anything reads or parses it (zeroshot_web/limits.py).

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max
 
+from context.agent_schema import schema_problems
 from context.agents import AgentConfigError, agents_parse
 from context.cluster_templates import (
     JSON,
@@ -173,9 +174,26 @@ def template_check(body: JSON) -> TemplateCheck:
     except AgentConfigError as error:
         config_errors.append({"field": error.field, "message": error.message})
     return TemplateCheck(
-        errors=config_errors + [issue.to_dict() for issue in report.errors] + list(actions.errors),
+        errors=config_errors
+        + [issue.to_dict() for issue in report.errors]
+        + list(actions.errors)
+        + _schema_errors(agents),
         warnings=warnings + [issue.to_dict() for issue in report.warnings] + list(actions.warnings),
     )
+
+
+def _schema_errors(agents: JSON) -> list[dict[str, JSON]]:
+    """Each agent's ``jsonSchema`` must be self-contained and bounded (``context.agent_schema``)."""
+    errors: list[dict[str, JSON]] = []
+    for position, agent in enumerate(agents if isinstance(agents, list) else []):
+        if not isinstance(agent, dict) or "jsonSchema" not in agent:
+            continue
+        where = f"agents[{position}].jsonSchema"
+        errors += [
+            {"field": where, "message": f"{where} is invalid: {problem}"}
+            for problem in schema_problems(agent["jsonSchema"])
+        ]
+    return errors
 
 
 def _every_agent(body: Mapping[str, JSON]) -> dict[str, JSON]:

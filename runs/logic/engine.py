@@ -11,9 +11,13 @@ that died is replaced, and either way the caller gets an error value. The server
 its shutdown never wait on a script.
 
 Workers are pooled: each evaluation borrows an idle one (or starts one, about 50 ms) and gives it
-back, so evaluations from several threads run in parallel, each in its own process. A worker
-keeps the last ledger view it received, so the several scripts evaluated against one view send
-it once.
+back, so evaluations from several threads run in parallel, each in its own process. The pool is
+bounded (``sandbox_pool_configure``, ``RUNS_SANDBOX_POOL_SIZE``): at most that many sandbox
+processes exist at once, and an evaluation beyond them waits for one (at most ``POOL_WAIT_S``)
+instead of starting another, so the memory scripts can hold is the pool size times
+``MEMORY_LIMIT_BYTES``. A worker keeps the last ledger view it received, so the several scripts
+evaluated against one view send it once. A worker's environment is ``SANDBOX_ENVIRONMENT`` alone:
+none of the server's secrets (``DJANGO_SECRET_KEY``, ``DATABASE_URL``) reach it.
 """
 
 from __future__ import annotations
@@ -45,8 +49,12 @@ MEMORY_LIMIT_BYTES: Final = 256 * 1024 * 1024
 # QuickJS counts the worker's CPU time; on a busy machine the wall clock runs ahead of it, so the
 # caller waits this much longer before it kills the worker.
 WALL_GRACE_S: Final = 1.0
-# Idle workers kept for the next evaluations; more are started when more threads evaluate at once.
-POOL_IDLE_MAX: Final = 4
+# Sandbox processes at most, busy or idle; evaluations beyond them wait for one.
+POOL_SIZE_DEFAULT: Final = 4
+# How long an evaluation waits for a sandbox process before it fails.
+POOL_WAIT_S: Final = 30.0
+# The whole environment of a sandbox process.
+SANDBOX_ENVIRONMENT: Final = {"LC_ALL": "C.UTF-8"}
 
 Mode = Literal["trigger", "value"]
 
@@ -72,20 +80,27 @@ def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
         return LogicError("script", "the script holds a lone surrogate, which is not Unicode text")
     for _ in range(2):
         try:
-            worker = _POOL.acquire()
+            worker = _POOL.acquire(timeout=POOL_WAIT_S)
+        except OSError as exc:
+            return LogicError("crash", f"the sandbox process could not be started: {exc}")
+        if worker is None:
+            return LogicError(
+                "timeout", f"no sandbox process was free within {POOL_WAIT_S:g} s; try again"
+            )
+        try:
             reply = worker.run(job)
         except _WorkerGone:
             # An idle worker that died between two jobs (killed from outside): try a new one.
-            worker.close()
+            _POOL.release(worker, keep=False)
             continue
-        except OSError as exc:
-            return LogicError("crash", f"the sandbox process could not be started: {exc}")
-        if isinstance(reply, LogicError) or reply.get("recycle"):
-            worker.close()
-        else:
-            _POOL.release(worker)
+        _POOL.release(worker, keep=not (isinstance(reply, LogicError) or reply.get("recycle")))
         return _outcome(reply, job.time_limit)
     return LogicError("crash", "the sandbox process died before it could take the script")
+
+
+def sandbox_pool_configure(*, size: int) -> None:
+    """Allow at most ``size`` sandbox processes at once (busy or idle)."""
+    _POOL.configure(size=size)
 
 
 def _is_unicode(text: str) -> bool:
@@ -133,6 +148,7 @@ class _Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
+            env=SANDBOX_ENVIRONMENT,
         )
         self.view_key: int | None = None
 
@@ -227,32 +243,63 @@ class _Worker:
 
 
 class _Pool:
-    """Idle workers, shared by every thread of the process."""
+    """At most ``size`` sandbox processes, shared by every thread of the process."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, size: int) -> None:
+        self._changed = threading.Condition()
         self._idle: list[_Worker] = []
+        self._busy = 0
+        self._size = size
 
-    def acquire(self) -> _Worker:
-        with self._lock:
+    def configure(self, *, size: int) -> None:
+        if size < 1:
+            raise ValueError("the sandbox pool needs at least one process")
+        with self._changed:
+            self._size = size
+            surplus = self._idle[: max(0, len(self._idle) + self._busy - size)]
+            del self._idle[: len(surplus)]
+            self._changed.notify_all()
+        for worker in surplus:
+            worker.close()
+
+    def acquire(self, *, timeout: float) -> _Worker | None:
+        """An idle worker, a new one if the pool has room, or ``None`` after ``timeout``."""
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self._idle or self._busy < self._size, timeout=timeout
+            ):
+                return None
+            self._busy += 1
             if self._idle:
                 return self._idle.pop()
-        return _Worker()
+        try:
+            return _Worker()
+        except BaseException:
+            self._give_back()
+            raise
 
-    def release(self, worker: _Worker) -> None:
-        with self._lock:
-            if len(self._idle) < POOL_IDLE_MAX:
+    def release(self, worker: _Worker, *, keep: bool) -> None:
+        with self._changed:
+            if keep and len(self._idle) + self._busy <= self._size:
                 self._idle.append(worker)
+                self._busy -= 1
+                self._changed.notify()
                 return
         worker.close()
+        self._give_back()
+
+    def _give_back(self) -> None:
+        with self._changed:
+            self._busy -= 1
+            self._changed.notify()
 
     def close(self) -> None:
         """End every idle worker (at exit; busy ones end when their caller is done)."""
-        with self._lock:
+        with self._changed:
             idle, self._idle = self._idle, []
         for worker in idle:
             worker.close()
 
 
-_POOL: Final = _Pool()
+_POOL: Final = _Pool(POOL_SIZE_DEFAULT)
 atexit.register(_POOL.close)

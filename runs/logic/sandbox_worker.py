@@ -76,10 +76,21 @@ def evaluate(
         return _classified(str(exc))
     if not isinstance(report, str):
         return _error("script", "the script replaced the sandbox's reporting function")
-    outcome: dict[str, Any] = json.loads(report)
+    try:
+        outcome: dict[str, Any] = json.loads(report)
+    except RecursionError:
+        return _error("script", "the script returned a value nested too deeply to be read")
     if "thrown" in outcome:
+        if outcome["thrown"] == "null" and not _near_memory_limit(context):
+            # The prelude caught it and the heap has room: the script threw null itself.
+            return _error("script", "the script threw null")
         return _classified(str(outcome["thrown"]))
     return outcome
+
+
+def _near_memory_limit(context: Any) -> bool:
+    memory = context.memory()
+    return bool(memory["malloc_size"] >= 0.9 * memory["malloc_limit"])
 
 
 def _wrapped(script: str, mode: str, strict: bool) -> str:

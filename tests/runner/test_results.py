@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from zeroshot_runner.records import Completed, Failed, Usage
 from zeroshot_runner.results import (
     last_json_object,
@@ -240,3 +242,21 @@ def test_usage_goes_on_the_wire_in_the_work_apis_names() -> None:
         "model": "m",
         "costUsd": 0.5,
     }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        ('{"a":' * 500 * 300)[:750_000],
+        '{"a":[' * 100_000,
+        '{"' * 500_000,
+    ],
+    ids=["500-deep-unclosed", "past-the-parser", "keys-without-colons"],
+)
+def test_output_built_to_make_every_brace_read_far_is_searched_in_bounded_time(text: str) -> None:
+    started = time.process_time()
+
+    found = last_json_object(text)
+
+    assert found is None
+    assert time.process_time() - started < 1.0

@@ -443,3 +443,31 @@ def test_a_cluster_that_has_ended_is_not_worked_at_all(work_api: FakeWorkApi) ->
 
     assert status == 0
     assert work_api.seen("/tasks/claim") == []
+
+
+@pytest.mark.parametrize("timeout", [10**400, 1e300, 10**13], ids=["10**400", "1e300", "10**13"])
+def test_an_absurd_agent_timeout_is_ignored_not_a_crashed_slot(
+    work_api: FakeWorkApi, timeout: Any
+) -> None:
+    task_id = work_api.add_task(timeout=timeout)
+
+    with runner_on(work_api, scripted({"*": [{}]})) as runner:
+        assert work_api.wait_for(lambda: work_api.tasks[task_id].complete_body is not None)
+        status = runner.stop()
+
+    assert status == 0
+
+
+def test_a_crashed_slot_ends_the_runner_with_status_1(
+    work_api: FakeWorkApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_claim(**_: Any) -> None:
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(WorkClient, "claim", lambda self, **kw: broken_claim(**kw))
+
+    with runner_on(work_api, scripted({"*": [{}]}), concurrency=2) as runner:
+        status = runner.join()
+
+    assert status == 1
+    assert "OverflowError" in str(runner.runner.fatal)

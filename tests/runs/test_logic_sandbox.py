@@ -25,6 +25,7 @@ from runs.logic import (
     transform_evaluate,
     trigger_logic_evaluate,
 )
+from runs.logic.engine import POOL_SIZE_DEFAULT, sandbox_pool_configure
 from tests.runs.ledger_data import Run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -385,3 +386,82 @@ def test_a_transform_may_run_longer_than_trigger_logic() -> None:
 
     # then it finishes
     assert outcome == TransformMessage(topic="DONE", content={})
+
+
+def test_throw_null_is_reported_as_a_thrown_null_not_the_memory_limit() -> None:
+    outcome = trigger("throw null;")
+
+    assert outcome == LogicError("script", "the script threw null")
+
+
+def test_a_2000_deep_return_value_is_an_error_and_the_worker_survives() -> None:
+    outcome = hook_logic_evaluate(
+        "let v = {}; for (let i = 0; i < 2000; i++) v = { a: v }; return v;",
+        result={},
+        agent=AgentInfo(id="worker", role="implementation", iteration=1),
+        message=offered(),
+        view=LedgerView(),
+        cluster=CLUSTER,
+    )
+
+    assert isinstance(outcome, LogicError)
+    assert outcome.kind == "script"
+    assert "nested too deeply" in outcome.message
+    assert_still_works()
+
+
+def test_a_sandbox_process_gets_none_of_the_servers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "the-secret-key")
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:password@db/zsw")
+    sandbox_pool_configure(size=1)
+    try:
+        assert_still_works()
+        pids = [pid for pid in _children(Path(f"/proc/{os.getpid()}/task")) if _is_sandbox(pid)]
+        environments = [Path(f"/proc/{pid}/environ").read_bytes() for pid in pids]
+    finally:
+        sandbox_pool_configure(size=POOL_SIZE_DEFAULT)
+
+    assert environments == [b"LC_ALL=C.UTF-8\0"]
+
+
+def test_sandbox_processes_are_a_bounded_pool_and_evaluations_queue_for_it() -> None:
+    # given a pool of 2 and 8 threads, each running a transform busy for 0.3 s
+    sandbox_pool_configure(size=2)
+    busy = "const end = Date.now() + 300; while (Date.now() < end) {}\n"
+    outcomes: list[object] = []
+    most = 0
+    tasks = Path(f"/proc/{os.getpid()}/task")
+
+    def transform() -> None:
+        outcomes.append(
+            transform_evaluate(
+                busy + "return { topic: 'DONE', content: {} };",
+                result={},
+                triggering_message=offered(),
+                view=LedgerView(),
+                cluster=CLUSTER,
+            )
+        )
+
+    try:
+        threads = [threading.Thread(target=transform) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            most = max(most, sum(1 for pid in _children(tasks) if _is_sandbox(pid)))
+            time.sleep(0.01)
+    finally:
+        sandbox_pool_configure(size=POOL_SIZE_DEFAULT)
+
+    # then every one ran, never more than 2 sandbox processes at once
+    assert outcomes == [TransformMessage(topic="DONE", content={})] * 8
+    assert 1 <= most <= 2
+
+
+def _is_sandbox(pid: int) -> bool:
+    try:
+        return "sandbox_worker" in Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return False
