@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "context",
     "runs",
     "dashboard",
+    "operations",
 ]
 
 MIDDLEWARE = [
@@ -301,3 +302,9 @@ if API_RATE_LIMIT and not re.fullmatch(
         "API_RATE_LIMIT is requests per period such as 50/s, 600/m or 10/5s; "
         f"got {API_RATE_LIMIT!r}"
     )
+
+# Operations (issue 21, operations/). Readiness fails while a live cluster has more messages
+# than this that the post-commit pipeline has not offered to its stages yet.
+OPERATIONS_READY_MAX_PIPELINE_LAG = env_int("ZEROSHOT_READY_MAX_PIPELINE_LAG", 1000)
+# Probes and scrapers speak plain HTTP inside the deployment, even when browsers are sent to HTTPS.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
