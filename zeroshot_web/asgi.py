@@ -17,6 +17,7 @@ from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from ledger import interfaces as ledger  # noqa: E402
+from operations.schedule import retention_daily  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
 
@@ -53,6 +54,7 @@ class PipelineStarter:
             ledger.pusher.serve_on(asyncio.get_running_loop())
             if settings.PIPELINE_MODE == "thread":
                 ledger.pipeline.start()
+            retention_daily.start()  # when OPERATIONS_RETENTION asks for it
         await self.app(scope, receive, send)
 
 
