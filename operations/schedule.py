@@ -67,12 +67,13 @@ class RetentionDaily:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            policy: RetentionPolicy = settings.OPERATIONS_RETENTION
+            policy: RetentionPolicy | None = settings.OPERATIONS_RETENTION
             export = settings.OPERATIONS_RETENTION_EXPORT_DIR
             try:
-                retention_run_if_due(
-                    policy=policy, now=now_ms(), export_dir=Path(export) if export else None
-                )
+                if policy is not None:
+                    retention_run_if_due(
+                        policy=policy, now=now_ms(), export_dir=Path(export) if export else None
+                    )
             except Exception:  # reported, and tried again the next day
                 logger.exception("retention failed")
             finally:
