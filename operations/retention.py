@@ -8,9 +8,13 @@ keep answering while a large ledger is deleted (docs/decisions/0110-retention.md
    (an interrupted prune exported it before deleting anything);
 2. its tasks, then its context builds (a task refers to its build), then its messages by
    sequence range (the search index follows through the database's triggers or index), each
-   ``batch`` rows per transaction; on SQLite the pruner then waits as long as the batch held
-   the write lock, so that queued writers get it in between;
+   ``batch`` rows per transaction;
 3. the cluster row, through the ORM, which also takes whatever else refers to it (its keys).
+
+The pruner is background work on a machine that serves: after each batch, and after each page
+of the export, it rests as long as the step took (at least ``MIN_PAUSE``). On SQLite that hands
+the write lock to the writers queued behind it; everywhere it leaves the CPU, the disk and the
+database at least half of the time to the servers.
 """
 
 from __future__ import annotations
@@ -30,8 +34,7 @@ from operations.policy import RetentionPolicy
 from runs.models import Task
 
 BATCH = 500
-# The least pause between two batches on SQLite, in seconds; a batch that held the write lock
-# longer is followed by a pause as long as it held it.
+# The least rest after a step, in seconds; a longer step is followed by a rest as long as it.
 MIN_PAUSE = 0.005
 
 
@@ -105,16 +108,26 @@ def _export(*, cluster_id: str, created_at: int, into: Path) -> Path:
         return target
     partial = target.with_suffix(".json.partial")
     with partial.open("w", encoding="utf-8") as file:
-        for chunk in cluster_export(cluster_id=cluster_id, format="json"):
-            file.write(chunk)
+        chunks = iter(cluster_export(cluster_id=cluster_id, format="json"))
+
+        def pages() -> Iterator[int]:
+            for chunk in chunks:
+                file.write(chunk)
+                yield 0
+
+        _paced(pages())
         file.flush()
         os.fsync(file.fileno())
     partial.replace(target)
     return target
 
 
+def _rest(started: float) -> None:
+    time.sleep(max(MIN_PAUSE, time.monotonic() - started))
+
+
 def _paced(batches: Iterator[int]) -> int:
-    """Run each batch's deletion, pausing between them on SQLite; the rows deleted in all."""
+    """Run each step, resting after it as long as it took; the sum of what the steps return."""
     total = 0
     while True:
         started = time.monotonic()
@@ -122,8 +135,7 @@ def _paced(batches: Iterator[int]) -> int:
             total += next(batches)
         except StopIteration:
             return total
-        if connection.vendor == "sqlite":
-            time.sleep(max(MIN_PAUSE, time.monotonic() - started))
+        _rest(started)
 
 
 def _delete_in_batches(model: type[models.Model], *, cluster_id: str, batch: int) -> int:

@@ -76,12 +76,19 @@ def rows_referring_to(cluster_id: str) -> dict[str, int]:
 
 
 def search_index_rows(word: str) -> int:
-    """Rows of the full-text index that match a word, stale ones included (SQLite's FTS table
-    keeps what it was told until told to forget it); PostgreSQL's index lives in the table."""
+    """Rows of the full-text index that match a word, stale ones included: SQLite's FTS table
+    keeps what it was told until told to forget it; PostgreSQL's GIN index is read through the
+    expression it indexes."""
     from django.db import connection
 
-    if connection.vendor != "sqlite":
-        return 0
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s", [word])
-        return int(cursor.fetchone()[0])
+        if connection.vendor == "sqlite":
+            cursor.execute(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s", [word])
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM ledger_message WHERE to_tsvector('english', "
+                "COALESCE(content ->> 'text', '')) @@ plainto_tsquery('english', %s)",
+                [word],
+            )
+        row = cursor.fetchone()
+        return int(row[0]) if row else 0
