@@ -6,3 +6,8 @@ from django.apps import AppConfig
 class OperationsConfig(AppConfig):
     name = "operations"
     verbose_name = "Operations"
+
+    def ready(self) -> None:
+        from operations.metrics import subscribe
+
+        subscribe()

@@ -17,6 +17,7 @@ from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from ledger import interfaces as ledger  # noqa: E402
+from operations.metrics import WebsocketCounter  # noqa: E402
 from operations.schedule import retention_daily  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
@@ -62,8 +63,10 @@ application = PipelineStarter(
     ProtocolTypeRouter(
         {
             "http": RequestBodyLimit(django_asgi_app),
-            "websocket": BrowserOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
+            "websocket": WebsocketCounter(
+                BrowserOriginValidator(
+                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
+                )
             ),
         }
     )

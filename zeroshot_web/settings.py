@@ -107,6 +107,8 @@ MIDDLEWARE = [
     # Outermost, so that it shapes the API's errors from every layer below, 500s included.
     "zeroshot_web.middleware.ApiErrorShapeMiddleware",
     "zeroshot_web.middleware.UnstorableInputMiddleware",
+    # Times the publish requests for /metrics (operations/metrics.py).
+    "operations.metrics.PublishTimer",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -328,5 +330,9 @@ def _retention() -> RetentionPolicy | None:
 # exporting each one into ZEROSHOT_RETENTION_EXPORT_DIR first when it is set.
 OPERATIONS_RETENTION = _retention()
 OPERATIONS_RETENTION_EXPORT_DIR = os.environ.get("ZEROSHOT_RETENTION_EXPORT_DIR", "").strip()
+# /metrics (Prometheus text format) answers the bearer of this token only; empty turns it off.
+OPERATIONS_METRICS_TOKEN = os.environ.get("ZEROSHOT_METRICS_TOKEN", "").strip()
+# Whether a family may carry a cluster id label (the pipeline's lag per cluster).
+OPERATIONS_METRICS_CLUSTER_LABELS = env_bool("ZEROSHOT_METRICS_CLUSTER_LABELS")
 # Probes and scrapers speak plain HTTP inside the deployment, even when browsers are sent to HTTPS.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
