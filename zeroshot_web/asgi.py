@@ -17,6 +17,8 @@ from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from ledger import interfaces as ledger  # noqa: E402
+from operations.metrics import WebsocketCounter  # noqa: E402
+from operations.schedule import retention_daily  # noqa: E402
 from zeroshot_web.claims import ClaimRoute  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
@@ -54,6 +56,7 @@ class PipelineStarter:
             ledger.pusher.serve_on(asyncio.get_running_loop())
             if settings.PIPELINE_MODE == "thread":
                 ledger.pipeline.start()
+            retention_daily.start()  # when OPERATIONS_RETENTION asks for it
         await self.app(scope, receive, send)
 
 
@@ -62,8 +65,10 @@ application = PipelineStarter(
         {
             # Claims that wait are answered on the event loop, never on a thread of Django's.
             "http": RequestBodyLimit(ClaimRoute(django_asgi_app)),
-            "websocket": BrowserOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
+            "websocket": WebsocketCounter(
+                BrowserOriginValidator(
+                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
+                )
             ),
         }
     )

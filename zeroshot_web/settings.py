@@ -10,6 +10,8 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.policy import PolicyError, RetentionPolicy
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ZEROSHOT_DATA_DIR", BASE_DIR / "data"))
 
@@ -98,12 +100,15 @@ INSTALLED_APPS = [
     "context",
     "runs",
     "dashboard",
+    "operations",
 ]
 
 MIDDLEWARE = [
     # Outermost, so that it shapes the API's errors from every layer below, 500s included.
     "zeroshot_web.middleware.ApiErrorShapeMiddleware",
     "zeroshot_web.middleware.UnstorableInputMiddleware",
+    # Times the publish requests for /metrics (operations/metrics.py).
+    "operations.metrics.PublishTimer",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -315,3 +320,33 @@ if API_RATE_LIMIT and not re.fullmatch(
         "API_RATE_LIMIT is requests per period such as 50/s, 600/m or 10/5s; "
         f"got {API_RATE_LIMIT!r}"
     )
+
+# Operations (issue 21, operations/). Readiness fails while a live cluster has more messages
+# than this that the post-commit pipeline has not offered to its stages yet.
+OPERATIONS_READY_MAX_PIPELINE_LAG = env_int("ZEROSHOT_READY_MAX_PIPELINE_LAG", 1000)
+
+
+def _retention() -> RetentionPolicy | None:
+    """The daily prune's policy (operations/schedule.py), or None: clusters are kept forever."""
+    older_than = os.environ.get("ZEROSHOT_RETENTION_OLDER_THAN", "").strip()
+    if not older_than:
+        return None
+    try:
+        return RetentionPolicy.parse(
+            older_than=older_than, states=os.environ.get("ZEROSHOT_RETENTION_STATES", "")
+        )
+    except PolicyError as error:
+        raise ImproperlyConfigured(f"ZEROSHOT_RETENTION_*: {error}") from None
+
+
+# Retention: with ZEROSHOT_RETENTION_OLDER_THAN (30d…) each server checks hourly that the day's
+# prune of ended clusters (ZEROSHOT_RETENTION_STATES, default every ended state) has run,
+# exporting each one into ZEROSHOT_RETENTION_EXPORT_DIR first when it is set.
+OPERATIONS_RETENTION = _retention()
+OPERATIONS_RETENTION_EXPORT_DIR = os.environ.get("ZEROSHOT_RETENTION_EXPORT_DIR", "").strip()
+# /metrics (Prometheus text format) answers the bearer of this token only; empty turns it off.
+OPERATIONS_METRICS_TOKEN = os.environ.get("ZEROSHOT_METRICS_TOKEN", "").strip()
+# Whether a family may carry a cluster id label (the pipeline's lag per cluster).
+OPERATIONS_METRICS_CLUSTER_LABELS = env_bool("ZEROSHOT_METRICS_CLUSTER_LABELS")
+# Probes and scrapers speak plain HTTP inside the deployment, even when browsers are sent to HTTPS.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]

@@ -21,5 +21,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Pages without our <link rel="icon"> (the admin, the API docs) still ask for this path.
     path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
+    path("", include("operations.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -25,6 +25,7 @@ from dashboard.fragments import count_html, snapshot_html, timeline_rows_html
 from dashboard.http import HtmxHttpRequest, render_page_or_region
 from dashboard.presentation.labels import TOPIC_TONES
 from dashboard.presentation.timeline import timeline_rows
+from dashboard.sizes import cluster_sizes
 from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -51,8 +52,9 @@ def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
     by_cluster: dict[str, list[BuildRecord]] = {}
     for (cluster_id, _), build in sorted(latest.items()):
         by_cluster.setdefault(cluster_id, []).append(build)
+    sizes = cluster_sizes(clusters=clusters)
     context = {
-        "rows": [(c, usage_of(by_cluster.get(c.id, []))) for c in clusters],
+        "rows": [(c, usage_of(by_cluster.get(c.id, [])), sizes[c.id]) for c in clusters],
         "search": search,
         "state": state,
         "states": ClusterState.values,

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class OperationsConfig(AppConfig):
+    name = "operations"
+    verbose_name = "Operations"
+
+    def ready(self) -> None:
+        from operations.metrics import subscribe
+
+        subscribe()

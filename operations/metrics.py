@@ -1,0 +1,270 @@
+"""``/metrics``: the server in Prometheus text format (issue 21), multi-process aware.
+
+Two kinds of families, so that N server processes add up to the truth:
+
+- read from the database at scrape time (``LedgerCollector``), the same for whichever process
+  is scraped: messages by cluster state, tasks by state, queue depth and oldest queued age by
+  agent, expired leases, retries pending, pipeline lag, runners holding tasks. Every query is
+  bounded and index-backed (the task indexes lead with ``state``; lag reads live clusters only).
+- measured in each process (``prometheus_client`` metrics): messages published by topic family,
+  publish latency, websocket connections. With ``PROMETHEUS_MULTIPROC_DIR`` set (as
+  ``prometheus_client`` asks, before the process starts) a scrape adds up every process's files.
+
+Labels stay low-cardinality: a topic *family* from a fixed list, task states, agent ids (a
+template's handful). A cluster id appears only with ``OPERATIONS_METRICS_CLUSTER_LABELS``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.db.models import Count, Min, Sum
+from django.http import HttpRequest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from ledger.interfaces import MessageRecord, bus, now_ms
+from ledger.models import Cluster
+from operations.lag import pipeline_lagging
+from runs.models import OPEN_STATES, Task, TaskState
+
+# zeroshot's topic vocabulary by its first word; anything else is "other".
+TOPIC_FAMILIES = frozenset(
+    {
+        "AGENT",
+        "CLUSTER",
+        "CONTEXT",
+        "HOOK",
+        "IMPLEMENTATION",
+        "ISSUE",
+        "PLAN",
+        "STATE",
+        "TASK",
+        "VALIDATION",
+        "WORKER",
+    }
+)
+LAG_CLUSTERS_READ = 1000
+
+
+def topic_family(topic: str) -> str:
+    """The low-cardinality family of a topic: its first word when it is zeroshot's, else other."""
+    first = topic.split("_", 1)[0].upper()
+    return first.lower() if first in TOPIC_FAMILIES else "other"
+
+
+MESSAGES_PUBLISHED = Counter(
+    "zeroshot_messages_published",
+    "Messages committed by this server (imports excluded), by topic family.",
+    ["topic_family"],
+)
+PUBLISH_SECONDS = Histogram(
+    "zeroshot_publish_seconds",
+    "Time to answer a publish request (POST …/messages and …/messages/batch).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0),
+)
+WEBSOCKETS = Gauge(
+    "zeroshot_websocket_connections",
+    "Websocket connections open (agents' and the dashboard's).",
+    multiprocess_mode="livesum",
+)
+
+
+def count_published(message: MessageRecord) -> None:
+    """A bus subscriber: every committed, published message of this process."""
+    MESSAGES_PUBLISHED.labels(topic_family=topic_family(message.topic)).inc()
+
+
+def subscribe() -> None:
+    """Count published messages from now on (``OperationsConfig.ready``)."""
+    bus.subscribe(count_published, include_imported=False)
+
+
+class LedgerCollector(Collector):
+    """The families read from the database at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._messages_by_state()
+        yield from self._tasks()
+        yield from self._lag()
+
+    def _messages_by_state(self) -> Metric:
+        family = GaugeMetricFamily(
+            "zeroshot_ledger_messages",
+            "Messages stored, by the state of their cluster.",
+            labels=["cluster_state"],
+        )
+        rows = Cluster.objects.values_list("state").annotate(n=Sum("last_sequence")).order_by()
+        for state, n in rows:
+            family.add_metric([state], float(n or 0))
+        return family
+
+    def _tasks(self) -> Iterator[Metric]:
+        by_state = GaugeMetricFamily("zeroshot_tasks", "Tasks, by state.", labels=["state"])
+        counts = dict(Task.objects.values_list("state").annotate(n=Count("pk")).order_by())
+        for state in TaskState.values:
+            by_state.add_metric([state], float(counts.get(state, 0)))
+        yield by_state
+
+        now = now_ms()
+        depth = GaugeMetricFamily(
+            "zeroshot_queue_depth", "Queued tasks, by agent and pool.", labels=["agent", "pool"]
+        )
+        oldest = GaugeMetricFamily(
+            "zeroshot_queue_oldest_age_seconds",
+            "Age of the oldest queued task, by agent and pool.",
+            labels=["agent", "pool"],
+        )
+        queued = (
+            Task.objects.filter(state=TaskState.QUEUED)
+            .values_list("agent_id")
+            .annotate(n=Count("pk"), first=Min("created_at"))
+            .order_by()
+        )
+        for agent, n, first in queued:
+            depth.add_metric([agent, "default"], float(n))
+            oldest.add_metric([agent, "default"], max(0.0, (now - int(first)) / 1000))
+        yield depth
+        yield oldest
+
+        open_tasks = Task.objects.filter(state__in=OPEN_STATES)
+        expired = GaugeMetricFamily(
+            "zeroshot_task_leases_expired",
+            "Claimed tasks whose lease has run out and that no one has taken back yet.",
+        )
+        expired.add_metric(
+            [],
+            float(Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=now).count()),
+        )
+        yield expired
+        retries = GaugeMetricFamily(
+            "zeroshot_task_retries_open",
+            "Attempts beyond the first of the open (queued or claimed) tasks.",
+        )
+        attempts = open_tasks.filter(attempts__gt=1).aggregate(n=Sum("attempts"), tasks=Count("pk"))
+        retries.add_metric([], float((attempts["n"] or 0) - (attempts["tasks"] or 0)))
+        yield retries
+        runners = GaugeMetricFamily(
+            "zeroshot_runners_seen", "Distinct runners (workers) holding a claimed task."
+        )
+        runners.add_metric(
+            [],
+            float(
+                Task.objects.filter(state=TaskState.CLAIMED)
+                .exclude(worker="")
+                .values("worker")
+                .distinct()
+                .count()
+            ),
+        )
+        yield runners
+
+    def _lag(self) -> Iterator[Metric]:
+        lagging = pipeline_lagging(limit=LAG_CLUSTERS_READ)
+        total = GaugeMetricFamily(
+            "zeroshot_pipeline_lag_messages",
+            "Messages of live clusters not yet offered to the pipeline's stages (dispatch).",
+        )
+        total.add_metric([], float(sum(c.messages for c in lagging)))
+        yield total
+        count = GaugeMetricFamily(
+            "zeroshot_pipeline_lagging_clusters", "Live clusters whose pipeline cursor lags."
+        )
+        count.add_metric([], float(len(lagging)))
+        yield count
+        if settings.OPERATIONS_METRICS_CLUSTER_LABELS:
+            per_cluster = GaugeMetricFamily(
+                "zeroshot_pipeline_lag_messages_by_cluster",
+                "Messages not yet offered to the pipeline, per lagging live cluster.",
+                labels=["cluster"],
+            )
+            for lag in lagging:
+                per_cluster.add_metric([lag.cluster_id], float(lag.messages))
+            yield per_cluster
+
+
+def metrics_exposition() -> bytes:
+    """One scrape: this process's (or every process's) measured families and the ledger's."""
+    registry = CollectorRegistry(auto_describe=False)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    else:
+        for metric in (MESSAGES_PUBLISHED, PUBLISH_SECONDS, WEBSOCKETS):
+            registry.register(metric)
+    registry.register(LedgerCollector())
+    return generate_latest(registry)
+
+
+class PublishTimer:
+    """Django middleware: times the publish requests (sync and async alike)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        if not _is_publish(request):
+            return self.get_response(request)
+        started = time.perf_counter()
+        try:
+            return self.get_response(request)
+        finally:
+            PUBLISH_SECONDS.observe(time.perf_counter() - started)
+
+    async def _acall(self, request: HttpRequest) -> Any:
+        if not _is_publish(request):
+            return await self.get_response(request)
+        started = time.perf_counter()
+        try:
+            return await self.get_response(request)
+        finally:
+            PUBLISH_SECONDS.observe(time.perf_counter() - started)
+
+
+class WebsocketCounter:
+    """ASGI middleware: counts the websockets accepted and not yet closed."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        accepted = False
+
+        async def counting_send(message: Any) -> None:
+            nonlocal accepted
+            if message.get("type") == "websocket.accept" and not accepted:
+                accepted = True
+                WEBSOCKETS.inc()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            if accepted:
+                WEBSOCKETS.dec()
+
+
+def _is_publish(request: HttpRequest) -> bool:
+    path = request.path
+    return (
+        request.method == "POST"
+        and path.startswith("/api/v1/clusters/")
+        and (path.endswith("/messages") or path.endswith("/messages/batch"))
+    )

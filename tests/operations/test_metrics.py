@@ -1,0 +1,208 @@
+"""/metrics: Prometheus text format behind its own token, each family matching the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from context.services.templates import cluster_create_from_template, templates_load_builtin
+from ledger.interfaces import message_query
+from ledger.models import Cluster
+from operations.metrics import WEBSOCKETS, WebsocketCounter, topic_family
+from runs.models import Task
+from tests.conftest import ApiClient, subprocess_database_url
+from tests.live_server import REPO
+from tests.runs.conftest import ScriptedWorker
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "scrape-token-for-tests"
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(token: str | None = TOKEN) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return Client().get("/metrics", headers=headers)
+
+
+def samples() -> Samples:
+    """Every sample of a scrape, read back with prometheus_client's own parser."""
+    response = scrape()
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    found: Samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def by_family(cluster_id: str, after: int) -> Counter[str]:
+    return Counter(
+        topic_family(m.topic)
+        for m in message_query(cluster_id=cluster_id, limit=None)
+        if m.sequence > after
+    )
+
+
+def test_topic_families_are_a_fixed_few() -> None:
+    assert topic_family("ISSUE_OPENED") == "issue"
+    assert topic_family("AGENT_LIFECYCLE") == "agent"
+    assert topic_family("STATE_SNAPSHOT") == "state"
+    assert topic_family("MY_OWN_TOPIC") == "other"
+    assert topic_family("x" * 60) == "other"
+
+
+def test_metrics_are_off_without_a_token_and_refused_without_the_right_one() -> None:
+    assert scrape().status_code == 404
+    with override_settings(OPERATIONS_METRICS_TOKEN=TOKEN):
+        assert scrape(None).status_code == 401
+        assert scrape("wrong").status_code == 401
+        assert scrape().status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(OPERATIONS_METRICS_TOKEN=TOKEN)
+def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) -> None:
+    # given a running worker-validator cluster: the worker's task done, the validator's claimed
+    templates_load_builtin()
+    cluster_id = cluster_create_from_template(template_name="worker-validator", params={}).id
+    before = samples()
+    response = api.post(f"/api/v1/clusters/{cluster_id}/start", {"issue": {"text": "Add it"}})
+    assert response.status_code == 200, response.content
+    worker = ScriptedWorker(
+        api, {"worker": [{"summary": "done", "completionStatus": {"canValidate": True}}]}
+    )
+    assert worker.step() is not None
+    claim = api.post("/api/v1/tasks/claim", {"wait": 0, "worker": "runner-7"}).json()
+    assert claim["task"]["agent_id"] == "validator"
+    # and one more message published through the API, and a second task queued for no one
+    published = api.post(
+        f"/api/v1/clusters/{cluster_id}/messages",
+        {"topic": "OPERATOR_NOTE", "sender": "op", "content": {"text": "hi"}},
+    )
+    assert published.status_code == 201, published.content
+
+    # when scraped
+    after = samples()
+
+    # then every family is there, with the ledger's values
+    cluster = Cluster.objects.get(pk=cluster_id)
+    assert cluster.state == "running"
+    assert after[("zeroshot_ledger_messages", (("cluster_state", "running"),))] == (
+        cluster.last_sequence
+    )
+    # the counter moved by what the ledger recorded since the first scrape, family by family
+    for family, count in by_family(cluster_id, after=0).items():
+        key = ("zeroshot_messages_published_total", (("topic_family", family),))
+        assert after[key] - before.get(key, 0.0) == count, family
+    states = Counter(Task.objects.values_list("state", flat=True))
+    assert states == {"completed": 1, "claimed": 1}
+    for state in ("queued", "claimed", "completed", "failed", "cancelled"):
+        assert after[("zeroshot_tasks", (("state", state),))] == states.get(state, 0)
+    assert after[("zeroshot_runners_seen", ())] == 1
+    assert after[("zeroshot_task_leases_expired", ())] == 0
+    assert after[("zeroshot_task_retries_open", ())] == 0
+    assert after[("zeroshot_pipeline_lag_messages", ())] == 0
+    assert after[("zeroshot_pipeline_lagging_clusters", ())] == 0
+    count = ("zeroshot_publish_seconds_count", ())
+    assert after[count] - before.get(count, 0.0) == 1
+    assert ("zeroshot_websocket_connections", ()) in after
+    assert not [k for k in after if ("cluster", cluster_id) in k[1]]  # no cluster id label
+
+    # when the validator's lease runs out after retries, a task waits, and the pipeline lags
+    Task.objects.filter(state="claimed").update(lease_expires_at=1, attempts=3)
+    Task.objects.create(
+        id="task_" + "0" * 32,
+        cluster_id=cluster_id,
+        agent_id="worker",
+        iteration=9,
+        trigger_message_id="m-x",
+        trigger_topic="T",
+        trigger_sequence=1,
+        created_at=1_000,
+        available_at=1_000,
+    )
+    Cluster.objects.filter(pk=cluster_id).update(pipeline_sequence=cluster.last_sequence - 3)
+    with override_settings(OPERATIONS_METRICS_CLUSTER_LABELS=True):
+        later = samples()
+
+    # then the scrape says so
+    assert later[("zeroshot_task_leases_expired", ())] == 1
+    assert later[("zeroshot_task_retries_open", ())] == 2
+    queue = (("agent", "worker"), ("pool", "default"))
+    assert later[("zeroshot_queue_depth", queue)] == 1
+    assert later[("zeroshot_queue_oldest_age_seconds", queue)] > 1_700_000_000
+    assert later[("zeroshot_pipeline_lag_messages", ())] == 3
+    assert later[("zeroshot_pipeline_lagging_clusters", ())] == 1
+    assert later[("zeroshot_pipeline_lag_messages_by_cluster", (("cluster", cluster_id),))] == 3
+
+
+def test_open_websockets_are_counted_until_they_close() -> None:
+    async def accepting(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "websocket.accept"})
+        while (await receive())["type"] != "websocket.disconnect":
+            pass
+
+    async def scenario() -> tuple[float, float, float]:
+        start = WEBSOCKETS._value.get()
+        communicator = WebsocketCommunicator(WebsocketCounter(accepting), "/ws/x/")
+        connected, _ = await communicator.connect()
+        assert connected
+        open_now = WEBSOCKETS._value.get()
+        await communicator.disconnect()
+        return start, open_now, WEBSOCKETS._value.get()
+
+    start, open_now, closed = asyncio.run(scenario())
+    assert (open_now, closed) == (start + 1, start)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_a_multiprocess_directory_a_scrape_adds_up_every_process(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "DATABASE_URL": subprocess_database_url(),
+        "DJANGO_SETTINGS_MODULE": "zeroshot_web.test_settings",
+        "ZEROSHOT_DATA_DIR": str(tmp_path / "data"),
+    }
+    count = (
+        "import django; django.setup(); from ledger.records import MessageRecord; "
+        "from operations.metrics import count_published; "
+        "count_published(MessageRecord(cluster_id='c', sequence=1, id='m', timestamp=1, "
+        "topic='ISSUE_OPENED', sender='s', receiver='broadcast', content={}, metadata=None))"
+    )
+    scrape_code = (
+        "import django; django.setup(); from operations.metrics import metrics_exposition; "
+        "print(metrics_exposition().decode())"
+    )
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", count], cwd=REPO, env=env, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", scrape_code],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    values = {
+        (s.name, json.dumps(s.labels, sort_keys=True)): s.value
+        for family in text_string_to_metric_families(out)
+        for s in family.samples
+    }
+    assert values[("zeroshot_messages_published_total", '{"topic_family": "issue"}')] == 2
+    assert ("zeroshot_tasks", '{"state": "queued"}') in values
