@@ -11,7 +11,8 @@
  *   inside; hovering or focusing an item with data-describe writes it under its figure.
  * - live timeline: de-duplicates pushed rows, marks them fresh, counts them in an "N new" pill
  *   while the operator reads further down, keeps the page's last sequence, reconnects within
- *   about a second of the server coming back and fetches what it missed (after=<sequence>).
+ *   about a second of the server coming back; on every connect (the first one too) fetches
+ *   what was published after the page's rows (after=<sequence>).
  */
 (function () {
   "use strict";
@@ -311,9 +312,10 @@
   document.addEventListener("htmx:wsOpen", function (event) {
     liveState("live", "open");
     var region = event.target && event.target.closest ? event.target.closest("#timeline") : null;
-    // Pushes are hints (SPEC §1.4): after a dropped connection, fetch what was published
-    // meanwhile, from the last sequence this page knows of.
-    if (region && region.hasAttribute("data-dropped")) {
+    // Pushes are hints (SPEC §1.4). The socket is subscribed once it is open: fetch what was
+    // published after the page's last sequence, on the first connect (messages published
+    // between the page's query and the subscription are pushed to nobody) as after a drop.
+    if (region) {
       region.removeAttribute("data-dropped");
       catchUp(region);
     }
