@@ -346,8 +346,18 @@
     if (question && !window.confirm(question)) { event.preventDefault(); }
   });
 
+  // A link to something inside a folded <details> (the launch form: /#launch-form) unfolds it.
+  function revealTarget() {
+    var id = window.location.hash.slice(1);
+    var target = id ? document.getElementById(id) : null;
+    var folded = target && target.closest ? target.closest("details:not([open])") : null;
+    if (folded) { folded.open = true; target.scrollIntoView({ block: "start" }); }
+  }
+  window.addEventListener("hashchange", revealTarget);
+
   document.addEventListener("DOMContentLoaded", function () {
     process(document);
+    revealTarget();
     if (window.htmx) { window.htmx.onLoad(function (elt) { process(elt); }); }
     window.setInterval(function () {
       document.querySelectorAll("time[data-ms][data-format=relative]").forEach(renderTime);
