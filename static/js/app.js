@@ -1,8 +1,9 @@
 /* zeroshot-web dashboard behaviour. Static file only: the CSP forbids inline scripts.
  *
  * - <time data-ms> (and SVG <text data-ms>) shows the operator's local time: "2 min ago" for
- *   data-format="relative", the clock time for "time", clock time with the day unless today for
- *   "stamp", date and time for "full", and short axis labels; the exact local time on hover.
+ *   data-format="relative", the clock time for "time", clock time with the day unless today
+ *   (and the year, to the minute, unless this year) for "stamp", date and time for "full",
+ *   and short axis labels; the exact local time on hover.
  * - time filters (input[data-moment]) show and take local time, or "-2h"-style offsets; the URL
  *   carries epoch milliseconds.
  * - skip links move the focus to their target; the narrow layout's "Filters" button folds the
@@ -26,6 +27,10 @@
   });
   var dayClockFormat = new Intl.DateTimeFormat(undefined, {
     month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit"
+  });
+  // An older year's rows say their year (the minute is enough there; the title has the rest).
+  var yearClockFormat = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"
   });
   var axisFormats = {
     "axis-seconds": clockFormat,
@@ -68,7 +73,10 @@
     else if (mode === "elapsed") { text = elapsed(Date.now() - ms); }
     else if (mode === "time") { text = clockFormat.format(date); }
     else if (mode === "stamp") {
-      text = sameDay(date, new Date()) ? clockFormat.format(date) : dayClockFormat.format(date);
+      var today = new Date();
+      text = sameDay(date, today) ? clockFormat.format(date)
+        : date.getFullYear() === today.getFullYear() ? dayClockFormat.format(date)
+          : yearClockFormat.format(date);
     } else if (axisFormats[mode]) { text = axisFormats[mode].format(date); }
     else { text = fullFormat.format(date); }
     el.textContent = text;
