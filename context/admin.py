@@ -27,6 +27,7 @@ from context.services.templates import (
     template_versions,
 )
 from ledger.errors import NotFound
+from ledger.interfaces import admin_time, admin_time_column
 
 
 class TemplateBodyField(forms.JSONField):
@@ -76,7 +77,8 @@ class ClusterTemplateForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(ClusterTemplate)
 class ClusterTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ClusterTemplateForm
-    list_display = ("name", "description", "builtin", "agent_count", "updated_at")
+    updated = admin_time_column("updated_at", "updated at")
+    list_display = ("name", "description", "builtin", "agent_count", "updated")
     list_filter = ("builtin",)
     search_fields = ("name", "description")
     fields = ("name", "body", "note", "description", "builtin", "version_history")
@@ -115,7 +117,7 @@ class ClusterTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             (
                 (
                     v.version,
-                    v.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                    admin_time(v.created_at),
                     v.note or "-",
                     "current"
                     if v.version == current
@@ -211,8 +213,11 @@ class ContextBuildAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "trigger_topic",
         "max_tokens",
         "final_tokens",
-        "started_at",
+        "started",
     )
+    started = admin_time_column("started_at", "started at")
+    exclude = ("started_at",)
+    readonly_fields = ("started",)
     search_fields = ("=cluster__id", "agent_id")
     show_full_result_count = False
 

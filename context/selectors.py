@@ -96,6 +96,14 @@ def build_get(*, cluster_id: str, build_id: int) -> BuildRecord | None:
     return _record(build, with_texts=True) if build is not None else None
 
 
+def build_tokens(*, cluster_id: str, build_ids: list[int]) -> dict[int, int]:
+    """The estimated prompt tokens (``final_tokens``) of some builds, by id; one query."""
+    if not build_ids:
+        return {}
+    rows = ContextBuild.objects.filter(cluster_id=cluster_id, pk__in=build_ids)
+    return dict(rows.values_list("pk", "final_tokens"))
+
+
 def build_latest_by_agent(*, cluster_ids: list[str]) -> dict[tuple[str, str], BuildRecord]:
     """The newest build of each agent of some clusters, keyed by (cluster, agent); one query.
 

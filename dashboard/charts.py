@@ -22,7 +22,13 @@ from dashboard.presentation import time_text
 STATUSES: Final = ("full", "compact", "truncated", "skipped")
 # A budget more than this many times the largest build is drawn off the scale.
 OFF_SCALE_RATIO: Final = 4
-MAX_X_TICKS: Final = 6
+# Time labels under a chart: at each width tier (``static/css/inspector.css`` hides a tier's
+# labels below its viewport), the least width the plot has there, in pixels. Every label of a
+# tier gets its estimated width (11 px tabular digits, as the page writes each style) plus a gap.
+X_TICK_TIERS: Final = (("narrow", 220.0), ("wide", 500.0))
+X_LABEL_CHARS: Final = {"seconds": 8, "minutes": 5, "days": 13}
+X_CHAR_PX: Final = 6.6
+X_LABEL_GAP_PX: Final = 12.0
 # The widest a column gets, in percent of the plot.
 MAX_COLUMN_WIDTH: Final = 7.0
 
@@ -210,6 +216,7 @@ class TimeTick:
     ms: int
     text: str  # the UTC fallback
     style: str  # seconds | minutes | days
+    tier: str  # the narrowest width tier that shows it (X_TICK_TIERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +321,28 @@ def _time_text(ms: int, style: str) -> str:
     return f"{full[5:10]} {full[11:16]}"
 
 
+def x_label_px(style: str) -> float:
+    """The room one time label of ``style`` takes, its gap included."""
+    return X_LABEL_CHARS[style] * X_CHAR_PX + X_LABEL_GAP_PX
+
+
+def x_tick_tiers(n: int, style: str) -> dict[int, str]:
+    """Which of ``n`` columns get a time label, each with the narrowest tier that shows it.
+
+    Each tier labels every k-th column counted back from the newest (always labelled), k the
+    least stride whose labels do not touch at that tier's plot width; a narrower tier's stride
+    is a multiple of the wider one's, so narrowing the page only takes labels away.
+    """
+    chosen: dict[int, str] = {}
+    stride = 1
+    for tier, plot_px in reversed(X_TICK_TIERS):
+        need = max(1, math.ceil(x_label_px(style) * n / plot_px))
+        stride *= math.ceil(need / stride)
+        for i in range(n - 1, -1, -stride):
+            chosen[i] = tier
+    return chosen
+
+
 def _r(value: float) -> float:
     return round(value, 2)
 
@@ -391,18 +420,15 @@ def agent_chart(agent_id: str, builds: Sequence[BuildLike], *, role: str = "") -
     y_ticks = tuple(Tick(y_of(k * step), _short(k * step)) for k in range(ticks + 1))
 
     style = _time_style(points)
-    if n <= MAX_X_TICKS:
-        chosen = list(range(n))
-    else:
-        chosen = sorted({round(k * (n - 1) / (MAX_X_TICKS - 1)) for k in range(MAX_X_TICKS)})
     x_ticks = tuple(
         TimeTick(
             x=columns[i].centre,
             ms=points[i].started_at,
             text=_time_text(points[i].started_at, style),
             style=style,
+            tier=tier,
         )
-        for i in chosen
+        for i, tier in sorted(x_tick_tiers(n, style).items())
     )
 
     status_frame = STATUS_FRAME

@@ -27,7 +27,10 @@ GAP = 44
 ARC_BASE = 30
 ARC_STEP = 26
 PARALLEL_STEP = 12
-LABEL_CHAR_W = 6.2
+LABEL_CHAR_W = 6.2  # 10 px monospace, a little over its 6.0 px advance
+NODE_CHAR_W = 7.4  # 12 px monospace, bold
+NODE_PAD = 16
+NODE_MAX_CHARS = 48  # an id longer than this (tenant text) is cut, with its full name in the title
 TONES = 10  # as dashboard.presentation.labels.topic_tone
 
 
@@ -37,14 +40,15 @@ class Node:
     x: float
     y: float
     external: bool
+    width: float = NODE_W
 
     @property
     def label(self) -> str:
-        return self.id if len(self.id) <= 18 else self.id[:17] + "…"
+        return node_label(self.id)
 
     @property
     def cx(self) -> float:
-        return self.x + NODE_W / 2
+        return self.x + self.width / 2
 
     @property
     def cy(self) -> float:
@@ -65,6 +69,7 @@ class Edge:
     label_y: float
     anchor: str  # SVG text-anchor
     tone: int
+    labelled: bool = True  # False when another arc of the same topic from the same node says it
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,43 @@ class _Arc:
 
 LABEL_GAP = 6
 LABEL_LINE = 13
+
+
+def node_label(node_id: str) -> str:
+    """A node's name as drawn: whole, unless longer than any agent id has a right to be."""
+    if len(node_id) <= NODE_MAX_CHARS:
+        return node_id
+    return node_id[: NODE_MAX_CHARS - 1] + "…"
+
+
+def node_width(ids: Iterable[str]) -> float:
+    """The width of every node: the longest name fits whole."""
+    longest = max((len(node_label(i)) for i in ids), default=0)
+    return max(float(NODE_W), round(longest * NODE_CHAR_W + NODE_PAD, 1))
+
+
+def _bundle_labels(arcs: list[_Arc]) -> list[bool]:
+    """Whether each arc carries its label: the outermost arc of each bundle does."""
+    group = list(range(len(arcs)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for i, a in enumerate(arcs):
+        for j in range(i):
+            b = arcs[j]
+            if (a.topic, a.side) == (b.topic, b.side) and (
+                a.source == b.source or a.target == b.target
+            ):
+                group[root(i)] = root(j)
+    outermost: dict[int, int] = {}
+    for i, arc in enumerate(arcs):
+        r = root(i)
+        if r not in outermost or arc.reach > arcs[outermost[r]].reach:
+            outermost[r] = i
+    return [outermost[root(i)] == i for i in range(len(arcs))]
 
 
 def _place_labels(arcs: list[_Arc]) -> list[tuple[float, float]]:
@@ -124,6 +166,7 @@ class Topology:
     edges: tuple[Edge, ...]
     width: float
     height: float
+    node_w: float = NODE_W
 
 
 def _parsed(agent: Mapping[str, Any]) -> AgentSpec | None:
@@ -187,23 +230,32 @@ def topology(agents: Iterable[Mapping[str, Any]]) -> Topology:
         _Arc.of(source, topic, target, r, ids_y)
         for (source, topic, target), r in zip(links, reach, strict=True)
     ]
-    labels = _place_labels(arcs)
+    # One label per bundle: arcs of one topic on one side that share their publisher (a fan-out)
+    # or their listener (a fan-in) are said once, beside the outermost of them, rather than
+    # stacked once per arc.
+    labelled = _bundle_labels(arcs)
+    placed = _place_labels([a for a, shown in zip(arcs, labelled, strict=True) if shown])
+    placed_iter = iter(placed)
+    labels = [next(placed_iter) if shown else (0.0, 0.0) for shown in labelled]
     label_room = {"right": 0.0, "left": 0.0}
-    for arc, (offset, _) in zip(arcs, labels, strict=True):
-        label_room[arc.side] = max(label_room[arc.side], offset + len(arc.topic) * LABEL_CHAR_W + 6)
+    for arc, (offset, _), shown in zip(arcs, labels, labelled, strict=True):
+        need = offset + len(arc.topic) * LABEL_CHAR_W + 6 if shown else arc.reach * 0.75 + 4
+        label_room[arc.side] = max(label_room[arc.side], need)
+    node_w = node_width(ids)
     left = max(label_room["left"], 16.0)
-    width = left + NODE_W + max(label_room["right"], 16.0)
+    width = left + node_w + max(label_room["right"], 16.0)
     nodes = tuple(
-        Node(id=node_id, x=left, y=ids_y[node_id], external=node_id == EXTERNAL) for node_id in ids
+        Node(id=node_id, x=left, y=ids_y[node_id], external=node_id == EXTERNAL, width=node_w)
+        for node_id in ids
     )
     height = 12 + len(ids) * (NODE_H + GAP) - GAP + 12 if ids else 0
     edges = []
-    for arc, (offset, label_y) in zip(arcs, labels, strict=True):
+    for arc, (offset, label_y), shown in zip(arcs, labels, labelled, strict=True):
         start, end_node = nodes[index[arc.source]], nodes[index[arc.target]]
         tone = zlib.crc32(arc.topic.encode()) % TONES
         r = arc.reach
         if arc.side == "right":
-            x = start.x + NODE_W
+            x = start.x + node_w
             label_x, anchor = x + offset, "start"
         else:
             x = start.x
@@ -220,5 +272,7 @@ def topology(agents: Iterable[Mapping[str, Any]]) -> Topology:
             y2 = end_node.cy - (5 if down else -5)
             cx, end = (x + r, x + 2) if down else (x - r, x - 2)
             path = f"M{x:.1f},{y1:.1f} C{cx:.1f},{y1:.1f} {cx:.1f},{y2:.1f} {end:.1f},{y2:.1f}"
-        edges.append(Edge(arc.source, arc.target, arc.topic, path, label_x, label_y, anchor, tone))
-    return Topology(nodes=nodes, edges=tuple(edges), width=width, height=height)
+        edges.append(
+            Edge(arc.source, arc.target, arc.topic, path, label_x, label_y, anchor, tone, shown)
+        )
+    return Topology(nodes=nodes, edges=tuple(edges), width=width, height=height, node_w=node_w)

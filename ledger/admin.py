@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from ledger.admin_time import admin_time_column
 from ledger.models import ApiKey, Cluster, Message
 
 
@@ -21,9 +22,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Cluster)
 class ClusterAdmin(ReadOnlyAdmin):
-    list_display = ("id", "state", "template", "last_sequence", "created_at")
+    created = admin_time_column("created_at", "created at")
+    list_display = ("id", "state", "template", "last_sequence", "created")
     list_filter = ("state", "template")
     search_fields = ("id",)
+    exclude = ("created_at", "last_timestamp")
+    readonly_fields = ("created", "last_activity")
+    last_activity = admin_time_column("last_timestamp", "last message at")
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
@@ -48,7 +53,10 @@ class ClusterAdmin(ReadOnlyAdmin):
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    list_display = ("cluster", "sequence", "topic", "sender", "receiver", "timestamp")
+    time = admin_time_column("timestamp", "time")
+    list_display = ("cluster", "sequence", "topic", "sender", "receiver", "time")
+    exclude = ("timestamp",)
+    readonly_fields = ("time",)
     list_filter = ("topic",)
     search_fields = ("=cluster__id", "=message_id", "topic", "sender")
     list_select_related = ("cluster",)
@@ -60,8 +68,9 @@ class MessageAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "prefix", "cluster", "created_at")
-    readonly_fields = ("name", "prefix", "key_hash", "cluster", "created_at")
+    created = admin_time_column("created_at", "created at")
+    list_display = ("name", "prefix", "cluster", "created")
+    readonly_fields = ("name", "prefix", "key_hash", "cluster", "created")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # keys are made with `manage.py create_api_key`, which shows them once

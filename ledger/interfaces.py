@@ -10,6 +10,7 @@ commands of every app check alike. Nothing here hands out a model instance.
 
 from __future__ import annotations
 
+from ledger.admin_time import admin_time, admin_time_column
 from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
@@ -122,6 +123,8 @@ __all__ = [
     "TooLarge",
     "Topic",
     "Writes",
+    "admin_time",
+    "admin_time_column",
     "agent_id_problem",
     "agent_ids_problems",
     "api_key_create",

@@ -23,6 +23,7 @@ from ninja.types import DictStrAny
 from ledger.errors import ServiceError, TooLarge
 from ledger.keys import ApiKeyIdentity, api_key_authenticate
 from ledger.validation import json_check, json_text_suspicious
+from zeroshot_web.docs import AppSwagger
 from zeroshot_web.throttling import ApiKeyRateThrottle
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ api = NinjaAPI(
     auth=[BearerKey(), OperatorSession()],
     throttle=[ApiKeyRateThrottle()],
     parser=BoundedJsonParser(),
+    docs=AppSwagger(),
 )
 
 

@@ -42,9 +42,6 @@ class ContentSecurityPolicyMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if request.path.startswith("/api/v1/docs"):
-            # The interactive API docs load their own scripts; they show no agent text.
-            return response
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
 

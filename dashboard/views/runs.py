@@ -12,20 +12,21 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from context import selectors as builds
 from context.services.templates import template_list
-from dashboard.activity import agents_context
+from dashboard.activity import AGENTS_REFRESH_MS, agents_context
 from dashboard.forms import IssueForm, LaunchForm, TaskListForm
-from dashboard.http import HtmxHttpRequest
+from dashboard.http import HtmxHttpRequest, render_page_or_region, wants_region
 from dashboard.presentation import bar_geometry, decision_rows, time_text
 from dashboard.templatetags.dashboard_ui import inspector_url
 from ledger import interfaces as ledger
-from ledger.interfaces import ClusterRecord, NotFound, ServiceError
+from ledger.interfaces import ClusterRecord, ClusterState, NotFound, ServiceError
 from runs import selectors as tasks
 from runs import services as runs
-from runs.models import TaskState
+from runs.models import OPEN_STATES, TaskState
 
 TASK_PAGE = 50
 
@@ -40,7 +41,12 @@ def _cluster_or_404(cluster_id: str) -> ClusterRecord:
 @require_GET
 @login_required
 def agents_panel(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
-    """The agents panel alone, with the cluster's state and controls out of band."""
+    """The agents panel alone, with the cluster's state and controls out of band.
+
+    A region, not a page: opened directly (a bookmark, a new tab) it leads to the cluster page.
+    """
+    if not wants_region(request):
+        return HttpResponseRedirect(reverse("dashboard:cluster", kwargs={"cluster_id": cluster_id}))
     cluster = _cluster_or_404(cluster_id)
     return render(request, "dashboard/_agents_panel.html", {**agents_context(cluster), "oob": True})
 
@@ -82,10 +88,16 @@ def _back_to_cluster(cluster_id: str, error: str) -> HttpResponse:
     return HttpResponseRedirect(url)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @login_required
 def cluster_launch(request: HtmxHttpRequest) -> HttpResponse:
-    """Create a cluster from a template and start it with an issue; then watch it run."""
+    """Create a cluster from a template and start it with an issue; then watch it run.
+
+    A GET (the address a form error leaves in the bar, reloaded) goes to the clusters page,
+    where the launch form is.
+    """
+    if request.method != "POST":
+        return HttpResponseRedirect(reverse("dashboard:clusters") + "#launch-form")
     names = [t.name for t in template_list()]
     form = LaunchForm(request.POST, templates=names)
     if form.is_valid():
@@ -103,8 +115,13 @@ def cluster_launch(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
+@vary_on_headers("HX-Request")
 def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
-    """A cluster's tasks, newest first: who ran, when, how long, how often, with which build."""
+    """A cluster's tasks, newest first: who ran, when, how long, how often, with which build.
+
+    The table is a region that refreshes itself while the cluster runs or a task it shows is
+    open, and brings the cluster's state with it, as the agents panel does.
+    """
     cluster = _cluster_or_404(cluster_id)
     values, errors = TaskListForm(request.GET).values()
     page = tasks.task_list(
@@ -114,9 +131,13 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         before=values["before"] or None,
         limit=TASK_PAGE,
     )
+    estimates = builds.build_tokens(
+        cluster_id=cluster.id, build_ids=[t.build_id for t in page if t.build_id is not None]
+    )
     rows = [
         {
             "task": task,
+            "estimate": estimates.get(task.build_id) if task.build_id is not None else None,
             "wait_ms": (task.claimed_at - task.created_at) if task.claimed_at else None,
             "run_ms": (task.finished_at - task.claimed_at)
             if task.finished_at and task.claimed_at
@@ -128,15 +149,25 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
     older = None
     if len(page) == TASK_PAGE:
         older = "?" + urlencode({**query, "before": page[-1].id})
-    return render(
+    live = cluster.state in (ClusterState.RUNNING, ClusterState.STOPPING) or any(
+        task.state in OPEN_STATES for task in page
+    )
+    return render_page_or_region(
         request,
         "dashboard/tasks.html",
-        {
+        region="tasks-region",
+        context={
             "cluster": cluster,
             "rows": rows,
-            "errors": errors,
             "filters": values,
             "older": older,
+            "live": live,
+            "refresh_ms": AGENTS_REFRESH_MS,
+            "region_url": request.get_full_path(),
+            "oob": wants_region(request),
+        },
+        page_context=lambda: {
+            "errors": errors,
             "agent_ids": [str(a.get("id")) for a in cluster.agents],
             "states": TaskState.values,
         },

@@ -1,8 +1,9 @@
 /* zeroshot-web dashboard behaviour. Static file only: the CSP forbids inline scripts.
  *
  * - <time data-ms> (and SVG <text data-ms>) shows the operator's local time: "2 min ago" for
- *   data-format="relative", the clock time for "time", clock time with the day unless today for
- *   "stamp", date and time for "full", and short axis labels; the exact local time on hover.
+ *   data-format="relative", the clock time for "time", clock time with the day unless today
+ *   (and the year, to the minute, unless this year) for "stamp", date and time for "full",
+ *   and short axis labels; the exact local time on hover.
  * - time filters (input[data-moment]) show and take local time, or "-2h"-style offsets; the URL
  *   carries epoch milliseconds.
  * - skip links move the focus to their target; the narrow layout's "Filters" button folds the
@@ -11,7 +12,8 @@
  *   inside; hovering or focusing an item with data-describe writes it under its figure.
  * - live timeline: de-duplicates pushed rows, marks them fresh, counts them in an "N new" pill
  *   while the operator reads further down, keeps the page's last sequence, reconnects within
- *   about a second of the server coming back and fetches what it missed (after=<sequence>).
+ *   about a second of the server coming back; on every connect (the first one too) fetches
+ *   what was published after the page's rows (after=<sequence>).
  */
 (function () {
   "use strict";
@@ -25,6 +27,10 @@
   });
   var dayClockFormat = new Intl.DateTimeFormat(undefined, {
     month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit"
+  });
+  // An older year's rows say their year (the minute is enough there; the title has the rest).
+  var yearClockFormat = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"
   });
   var axisFormats = {
     "axis-seconds": clockFormat,
@@ -67,7 +73,10 @@
     else if (mode === "elapsed") { text = elapsed(Date.now() - ms); }
     else if (mode === "time") { text = clockFormat.format(date); }
     else if (mode === "stamp") {
-      text = sameDay(date, new Date()) ? clockFormat.format(date) : dayClockFormat.format(date);
+      var today = new Date();
+      text = sameDay(date, today) ? clockFormat.format(date)
+        : date.getFullYear() === today.getFullYear() ? dayClockFormat.format(date)
+          : yearClockFormat.format(date);
     } else if (axisFormats[mode]) { text = axisFormats[mode].format(date); }
     else { text = fullFormat.format(date); }
     el.textContent = text;
@@ -311,9 +320,10 @@
   document.addEventListener("htmx:wsOpen", function (event) {
     liveState("live", "open");
     var region = event.target && event.target.closest ? event.target.closest("#timeline") : null;
-    // Pushes are hints (SPEC §1.4): after a dropped connection, fetch what was published
-    // meanwhile, from the last sequence this page knows of.
-    if (region && region.hasAttribute("data-dropped")) {
+    // Pushes are hints (SPEC §1.4). The socket is subscribed once it is open: fetch what was
+    // published after the page's last sequence, on the first connect (messages published
+    // between the page's query and the subscription are pushed to nobody) as after a drop.
+    if (region) {
       region.removeAttribute("data-dropped");
       catchUp(region);
     }
@@ -344,8 +354,18 @@
     if (question && !window.confirm(question)) { event.preventDefault(); }
   });
 
+  // A link to something inside a folded <details> (the launch form: /#launch-form) unfolds it.
+  function revealTarget() {
+    var id = window.location.hash.slice(1);
+    var target = id ? document.getElementById(id) : null;
+    var folded = target && target.closest ? target.closest("details:not([open])") : null;
+    if (folded) { folded.open = true; target.scrollIntoView({ block: "start" }); }
+  }
+  window.addEventListener("hashchange", revealTarget);
+
   document.addEventListener("DOMContentLoaded", function () {
     process(document);
+    revealTarget();
     if (window.htmx) { window.htmx.onLoad(function (elt) { process(elt); }); }
     window.setInterval(function () {
       document.querySelectorAll("time[data-ms][data-format=relative]").forEach(renderTime);

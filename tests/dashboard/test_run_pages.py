@@ -11,12 +11,14 @@ from django.test import Client
 from context.models import ContextBuild
 from context.services.templates import templates_load_builtin
 from ledger.interfaces import MessageDraft, cluster_create, cluster_get, message_publish
+from ledger.models import Cluster
 from runs.models import Task
 from runs.services import task_claim, task_complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 XSS = "<script>window.__xss=1</script>"
+HX = {"HX-Request": "true"}
 
 
 @pytest.fixture
@@ -56,7 +58,7 @@ def test_the_agents_panel_shows_who_runs_and_what_waits(operator: Client) -> Non
     task_claim(worker="box-1")
     # when the operator looks at the cluster (and the panel refreshes on its own)
     page = operator.get(f"/clusters/{cid}/").content.decode()
-    panel = operator.get(f"/clusters/{cid}/agents-panel/").content.decode()
+    panel = operator.get(f"/clusters/{cid}/agents-panel/", headers=HX).content.decode()
     # then the worker runs task #1 on box-1 with 2 waiting; the reviewer is idle
     for html in (page, panel):
         assert 'class="agent agent-running"' in html
@@ -78,7 +80,7 @@ def test_the_agents_panel_query_count_is_pinned(
     # session, user, cluster, the pipeline's cursor (read-your-writes), open tasks, finished
     # tasks, latest builds
     with django_assert_num_queries(7):
-        operator.get(f"/clusters/{cid}/agents-panel/")
+        operator.get(f"/clusters/{cid}/agents-panel/", headers=HX)
 
 
 def test_a_cluster_is_started_from_a_template_with_an_issue(operator: Client) -> None:
@@ -157,6 +159,7 @@ def test_the_tasks_page_lists_durations_attempts_workers_and_builds(operator: Cl
     assert html.index("task-failed") < html.index("task-completed")
     assert f'href="/clusters/{cid}/builds/{claimed.task.build_id}/"' in html
     assert "321 billed" in html
+    assert f"{ContextBuild.objects.get(pk=claimed.task.build_id).final_tokens:,} est." in html
     assert "box-1" in html
     assert "&lt;script&gt;" in html
     assert XSS not in html
@@ -227,3 +230,61 @@ def test_the_topology_says_how_the_cluster_ends(operator: Client) -> None:
     html = operator.get(f"/clusters/{builtin}/").content.decode()
     assert "built-in rule" in html
     assert "VALIDATION_RESULT of checker approves" in html
+
+
+def test_the_agents_panel_opened_directly_leads_to_the_cluster_page(operator: Client) -> None:
+    cid = running(worker())
+
+    response = operator.get(f"/clusters/{cid}/agents-panel/")
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/clusters/{cid}/"
+
+
+def test_launch_opened_with_a_get_leads_to_the_launch_form(operator: Client) -> None:
+    response = operator.get("/launch/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/#launch-form"
+
+
+def test_the_tasks_table_refreshes_itself_while_the_cluster_runs(operator: Client) -> None:
+    # given a running cluster whose worker holds a task
+    cid = running(worker())
+    go(cid)
+    claimed = task_claim(worker="box-1")
+    assert claimed is not None
+    # when the page is open, then its table asks again, and the refresh brings the state along
+    page = operator.get(f"/clusters/{cid}/tasks/?agent=worker").content.decode()
+    assert (
+        f'id="tasks-region" hx-get="/clusters/{cid}/tasks/?agent=worker" '
+        'hx-trigger="every 1500ms"' in page
+    )
+    region = operator.get(f"/clusters/{cid}/tasks/?agent=worker", headers=HX).content.decode()
+    assert region.lstrip().startswith('<div id="tasks-region"')
+    assert "task-claimed" in region
+    assert 'id="run-controls" class="run-controls" hx-swap-oob="true"' in region
+    assert "<html" not in region
+    # and once the task is done and the cluster completed, the table stops asking
+    task_complete(task_id=claimed.task.id, lease_id=claimed.task.lease_id, result={})
+    Cluster.objects.filter(id=cid).update(state="completed")
+    done = operator.get(f"/clusters/{cid}/tasks/", headers=HX).content.decode()
+    assert "task-completed" in done
+    assert "hx-trigger" not in done
+    assert "state-completed" in done
+
+
+def test_the_tasks_page_query_count_is_pinned(
+    operator: Client, django_assert_num_queries: Any
+) -> None:
+    cid = running(worker())
+    for _ in range(3):
+        go(cid)
+        claimed = task_claim(worker="box-1")
+        assert claimed is not None
+        task_complete(task_id=claimed.task.id, lease_id=claimed.task.lease_id, result={})
+    # session, user, cluster, tasks, their builds' estimates
+    with django_assert_num_queries(5):
+        operator.get(f"/clusters/{cid}/tasks/")
+    with django_assert_num_queries(5):
+        operator.get(f"/clusters/{cid}/tasks/", headers=HX)
