@@ -66,7 +66,9 @@ def result_parse(
 def _result_object(text: str) -> dict[str, JSON] | LogicError:
     if len(text) > OUTPUT_MAX_CHARS:
         return LogicError(
-            "output", f"the agent's output is {len(text)} characters; at most {OUTPUT_MAX_CHARS}"
+            "output",
+            f"the text the result is read from is {len(text)} characters; "
+            f"at most {OUTPUT_MAX_CHARS}",
         )
     stripped = text.strip()
     if not stripped:

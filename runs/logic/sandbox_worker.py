@@ -82,8 +82,9 @@ def evaluate(
         return _error("script", "the script returned a value nested too deeply to be read")
     if "thrown" in outcome:
         if outcome["thrown"] == "null" and not _near_memory_limit(context):
-            # The prelude caught it and the heap has room: the script threw null itself.
-            return _error("script", "the script threw null")
+            # The prelude caught it and the heap has room: the script threw null itself. The
+            # process is not reused all the same, in case it was a failed allocation after all.
+            return {**_error("script", "the script threw null"), "recycle": True}
         return _classified(str(outcome["thrown"]))
     return outcome
 

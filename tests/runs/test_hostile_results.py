@@ -178,3 +178,14 @@ def test_schema_warnings_quote_a_large_value_only_in_part(api: ApiClient) -> Non
     assert len(error) < 600
     assert "…" in error
     assert error.endswith("is not of type 'integer'")
+
+
+def test_a_result_text_longer_than_read_is_refused(api: ApiClient) -> None:
+    cid = running(agent("worker", maxRetries=0))
+    publish(cid)
+    task = claim(api)["task"]
+
+    refused = complete(api, task, " " * 2_000_001 + '{"summary": "ok"}')
+
+    assert refused.status_code == 422
+    assert "at most 2000000" in refused.json()["message"]

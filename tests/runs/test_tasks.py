@@ -305,7 +305,7 @@ def test_every_work_api_operation_documents_its_errors(api: ApiClient) -> None:
         for p in schema["paths"]
         if p.startswith("/api/v1/tasks") or p.endswith(("/tasks", "/start", "/stop"))
     ]
-    assert len(work_paths) == 8
+    assert len(work_paths) == 9
     for path in work_paths:
         for operation in schema["paths"][path].values():
             assert {"401", "403", "404", "409", "422"} <= set(operation["responses"]), path
