@@ -287,6 +287,11 @@ class Pipeline:
         if mode == "inline":
             self.run(cluster_id)
         elif mode == "thread":
+            retiring = getattr(_current, "scheduler", None)
+            if retiring is not None and retiring.stopping:
+                # A turn that a stopped scheduler lets finish: its commits must not start a new
+                # one (a test's teardown, a server's exit); the next sweep catches up.
+                return
             self.start().wake(cluster_id)
 
     def on_commit(self, batch: tuple[MessageRecord, ...]) -> None:
@@ -454,6 +459,10 @@ def _read_batch(cluster_id: str, *, limit: int, narrow_at: int | None = None) ->
     )
 
 
+# The scheduler whose worker the current thread is, if any.
+_current = threading.local()
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerBacklog:
     """The scheduler's queue in this process, for the metrics."""
@@ -553,7 +562,12 @@ class _Scheduler:
             self._cond.wait(self._delayed[0][0] - now if self._delayed else None)
         return None
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def _work(self) -> None:
+        _current.scheduler = self
         while True:
             with self._cond:
                 cluster_id = self._next()
