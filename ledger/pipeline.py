@@ -50,6 +50,7 @@ from ledger.selectors import cluster_record, message_record
 from ledger.services.drafts import MessageDraft
 from ledger.services.publish import now_ms
 from ledger.services.writer import ClusterWriter, cluster_transaction
+from ledger.topics import Topic
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ RETRY_CAP_SECONDS = 30.0
 # How often a reader waiting for the pipeline re-reads the cursor (another server's progress).
 READ_POLL_SECONDS = 0.02
 # What a stage gave up on is reported under this topic (docs/decisions/0088).
-PIPELINE_ERROR = "PIPELINE_ERROR"
+PIPELINE_ERROR = Topic.PIPELINE_ERROR
 PIPELINE_SENDER = "system"
 ERROR_TEXT_MAX = 2000
 

@@ -34,6 +34,8 @@ class Topic(StrEnum):
     AGENT_OUTPUT = "AGENT_OUTPUT"
     AGENT_SCHEMA_WARNING = "AGENT_SCHEMA_WARNING"
     TOKEN_USAGE = "TOKEN_USAGE"
+    # The post-commit pipeline gave up on a message (docs/decisions/0088).
+    PIPELINE_ERROR = "PIPELINE_ERROR"
 
 
 # After one of these, nothing in the cluster triggers any more.

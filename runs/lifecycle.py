@@ -60,7 +60,7 @@ def agent_error_draft(
 def schema_warning_draft(*, agent_id: str, issues: Sequence[str]) -> MessageDraft:
     """``AGENT_SCHEMA_WARNING``: how a result breaks its agent's ``jsonSchema``, each problem
     made storable (a problem quotes the agent's result)."""
-    errors = [text_storable(issue, max_chars=ISSUE_TEXT_MAX) for issue in issues]
+    errors = [_middle_cut(text_storable(issue), ISSUE_TEXT_MAX) for issue in issues]
     if len(errors) > SCHEMA_ISSUES_MAX:
         errors = [*errors[:SCHEMA_ISSUES_MAX], f"… and {len(errors) - SCHEMA_ISSUES_MAX} more"]
     return MessageDraft(
@@ -71,6 +71,15 @@ def schema_warning_draft(*, agent_id: str, issues: Sequence[str]) -> MessageDraf
             "data": {"agent": agent_id, "errors": errors},
         },
     )
+
+
+def _middle_cut(text: str, max_chars: int) -> str:
+    """The text within ``max_chars``, cut in its middle: a problem ends by saying what is wrong
+    (``… is not of type 'integer'``), and its middle quotes the result."""
+    if len(text) <= max_chars:
+        return text
+    half = (max_chars - 1) // 2
+    return f"{text[:half]}…{text[len(text) - (max_chars - 1 - half) :]}"
 
 
 def usage_draft(task: TaskRecord, usage: dict[str, Any]) -> MessageDraft:

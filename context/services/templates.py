@@ -450,7 +450,10 @@ def cluster_config_validate(config: Mapping[str, JSON] | None, *, where: str = "
     try:
         agents_parse(config.get("agents"))
     except AgentConfigError as error:
-        raise InvalidInput(f"{where}: {error.message}", details={"field": error.field}) from None
+        # A field path reads on from the config's name: "config.agents[1].id must be …".
+        field = f"{where}.{error.field}" if where.isidentifier() else error.field
+        text = f"{field} {error.problem}" if where.isidentifier() else f"{where}: {error.message}"
+        raise InvalidInput(text, details={"field": field}) from None
     report = strategy_validate_agents(config.get("agents") or [])
     if not report.valid:
         first = report.errors[0].message

@@ -57,11 +57,7 @@ def sandboxes() -> list[int]:
     return found
 
 
-def test_fifty_heavy_transforms_keep_the_pool_and_the_memory_bounded(on_postgres: bool) -> None:
-    if on_postgres:
-        # A completion holds its database connection while its hook waits for a sandbox: 50 at
-        # once need 50 connections, past DATABASE_POOL_MAX (20). Known; see the threat model.
-        pytest.skip("50 concurrent completes hold more connections than the PostgreSQL pool")
+def test_fifty_heavy_transforms_keep_the_pool_and_the_memory_bounded() -> None:
     # given 50 agents, each with a claimed task whose onComplete transform holds ~180 MB
     hook = {"onComplete": {"action": "publish_message", "transform": {"script": HEAVY}}}
     cid = running(*(agent(f"worker{n}", hooks=hook, maxRetries=0) for n in range(COMPLETES)))
