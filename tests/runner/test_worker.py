@@ -265,13 +265,13 @@ def test_stopping_fails_the_task_in_hand_as_retryable_and_claims_no_more(
 
     # then the task in hand went back to the queue at once, and nothing more was claimed
     assert status == 0
-    assert work_api.tasks[first].fails == [
-        {
-            "lease_id": work_api.tasks[first].fails[0]["lease_id"],
-            "error": "the runner stopped the scripted agent",
-            "retryable": True,
-        }
-    ]
+    (failed,) = work_api.tasks[first].fails
+    assert failed["retryable"] is True
+    # the stop may come while the agent runs, or between the claim and its start
+    assert failed["error"] in {
+        "the runner stopped the scripted agent",
+        "the runner stopped before starting the task",
+    }
     assert work_api.tasks[first].state == "queued"
     assert work_api.seen("/complete") == []
     assert work_api.tasks[second].attempts == 0
