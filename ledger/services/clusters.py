@@ -78,6 +78,7 @@ def cluster_create_transaction(
     params: Mapping[str, JSON] | None = None,
     state: str = ClusterState.RUNNING,
     created_at: int | None = None,
+    labels: object = None,
 ) -> AbstractContextManager[ClusterWriter]:
     """A write transaction (``cluster_transaction``) that creates the cluster first: unless
     everything written commits, the cluster does not exist either. For imports: a source that
@@ -92,6 +93,7 @@ def cluster_create_transaction(
         created_at=created_at,
     )
     row.pk = cluster_id
+    row.labels = labels_parse(labels)
     return cluster_transaction(cluster_id, new=row)
 
 
