@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
-from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt
+from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, StringConstraints
 
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -60,7 +60,7 @@ class ClaimIn(Schema):
         default_factory=dict,
         description="runner pools: only tasks of clusters carrying every one of these labels",
     )
-    providers: list[str] = Field(
+    providers: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
         default_factory=list,
         max_length=32,
         description="only tasks whose agent names one of these providers, or names none",
@@ -212,7 +212,7 @@ def claim_filter(payload: ClaimIn, scope: str | None) -> ClaimFilter:
         raise Forbidden(
             f"this API key is limited to cluster {scope!r}", details={"cluster": payload.cluster}
         )
-    providers = tuple(sorted({name[:64] for name in payload.providers}))
+    providers = tuple(sorted(set(payload.providers)))
     return ClaimFilter(
         cluster_id=payload.cluster or scope,
         agents=tuple(payload.agents),

@@ -165,6 +165,8 @@ def test_a_waiting_claim_is_woken_only_by_tasks_it_may_take() -> None:
         {"labels": {"pool": 1}},
         {"providers": ["p"] * 33},
         {"providers": "claude"},
+        {"providers": [""]},
+        {"providers": ["p" * 65]},
     ],
 )
 def test_claim_filters_out_of_bounds_are_refused(api: ApiClient, body: dict[str, Any]) -> None:

@@ -81,6 +81,7 @@ BODIES = [
     json.dumps({"labels": {"a b": "x"}}),
     json.dumps({"labels": {"pool": 1}}),
     json.dumps({"providers": ["p"] * 33}),
+    json.dumps({"providers": ["p" * 65]}),
 ]
 
 
