@@ -224,11 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     logging.getLogger(__name__).info(
-        "runner %s: %s provider, %d slot(s), workspace %s, server %s",
+        "runner %s: %s provider, %d slot(s), workspace %s, labels %s, server %s",
         args.worker,
         ",".join(args.provider),
         args.concurrency,
         args.workspace,
+        ",".join(f"{k}={v}" for k, v in dict(args.labels).items()) or "none",
         client.base_url,
     )
     try:
