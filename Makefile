@@ -25,7 +25,7 @@ run: $(STAMP)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo
 	(sleep 3; exec $(PY) manage.py run_agents --url http://$(HOST):$(PORT) --provider scripted \
-	    --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
+	    --label pool=demo --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
 	trap 'kill $$! 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m daphne -b $(HOST) -p $(PORT) zeroshot_web.asgi:application
 

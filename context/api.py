@@ -25,6 +25,7 @@ from ledger.interfaces import (
     BODY_ERRORS,
     INT32_MAX,
     INT64_MAX,
+    LABELS_MAX,
     READ_ERRORS,
     TIMESTAMP_MAX,
     ClusterDetailOut,
@@ -52,6 +53,12 @@ class ClusterCreateIn(Schema):
     template: str | None = None
     params: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    labels: dict[str, str] | None = Field(
+        None,
+        description=f'which runner pool serves it, e.g. {{"pool": "demo"}}: a runner that '
+        f"claims with labels only gets tasks of clusters carrying every one (at most "
+        f"{LABELS_MAX})",
+    )
 
 
 # Clusters are listed and created here rather than in the ledger's router: a cluster is usually
@@ -82,11 +89,19 @@ def clusters_create(request: HttpRequest, payload: ClusterCreateIn) -> Status[Cl
                 "give a template (with params) or a config, not both", details={"field": "config"}
             )
         record = cluster_create_from_template(
-            template_name=payload.template, params=payload.params, cluster_id=payload.id
+            template_name=payload.template,
+            params=payload.params,
+            cluster_id=payload.id,
+            labels=payload.labels,
         )
     else:
         cluster_config_validate(payload.config)
-        record = cluster_create(cluster_id=payload.id, config=payload.config, params=payload.params)
+        record = cluster_create(
+            cluster_id=payload.id,
+            config=payload.config,
+            params=payload.params,
+            labels=payload.labels,
+        )
     return Status(201, record)
 
 

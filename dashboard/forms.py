@@ -14,7 +14,14 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from ledger.interfaces import INT64_MAX, ClusterState, MessageFilter, timestamp_problem
+from ledger.interfaces import (
+    INT64_MAX,
+    ClusterState,
+    InvalidInput,
+    MessageFilter,
+    labels_text,
+    timestamp_problem,
+)
 from runs.models import TaskState
 
 MAX_TOKENS_CEILING = 10_000_000
@@ -154,17 +161,31 @@ class IssueForm(forms.Form):
     )
 
 
+DEMO_LABELS = "pool=demo"
+
+
 class LaunchForm(IssueForm):
     """Start a new cluster from a template, with its issue."""
 
     template = forms.ChoiceField(label="Template")
+    # Which runner pool serves the cluster: ``make run``'s demo runner serves ``pool=demo``
+    # only, so the default keeps pressing Start running live with the demo agents.
+    labels = forms.CharField(
+        required=False, max_length=2000, initial=DEMO_LABELS, label="Runner labels"
+    )
 
     def __init__(self, *args: Any, templates: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         template = self.fields["template"]
         assert isinstance(template, forms.ChoiceField)
         template.choices = [(name, name) for name in templates]
-        self.order_fields(["template", "title", "text"])
+        self.order_fields(["template", "title", "text", "labels"])
+
+    def clean_labels(self) -> dict[str, str]:
+        try:
+            return labels_text(self.cleaned_data.get("labels") or "")
+        except InvalidInput as error:
+            raise ValidationError(error.message) from None
 
 
 class TaskListForm(FilterForm):

@@ -59,6 +59,7 @@ def cluster_export_header(cluster: ClusterRecord) -> dict[str, JSON]:
         "state": cluster.state,
         "template": cluster.template,
         "params": cluster.params,
+        "labels": cluster.labels,
         "config": cluster.config,
         "message_count": cluster.message_count,
     }
@@ -244,6 +245,7 @@ def _cluster_create_transaction(
     try:
         return cluster_create_transaction(
             cluster_id=cluster_id,
+            labels=header.get("labels"),
             config=config if isinstance(config, dict) else {"agents": []},
             params=params if isinstance(params, dict) else {},
             template=template if isinstance(template, str) else "",

@@ -16,6 +16,7 @@ from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
+from ledger.labels import LABELS_MAX, labels_parse, labels_stored, labels_text
 from ledger.models import ClusterState
 from ledger.pipeline import Batch, Stage, Writes, pipeline
 from ledger.push import cluster_group, pusher
@@ -96,6 +97,7 @@ __all__ = [
     "INT32_MAX",
     "INT64_MAX",
     "JSON",
+    "LABELS_MAX",
     "READ_ERRORS",
     "TIMESTAMP_MAX",
     "Batch",
@@ -143,6 +145,9 @@ __all__ = [
     "json_check",
     "json_encode_checked",
     "json_storable",
+    "labels_parse",
+    "labels_stored",
+    "labels_text",
     "lifecycle_event_latest",
     "message_at_sequence",
     "message_get",

@@ -34,6 +34,9 @@ class Cluster(models.Model):
     # The post-commit pipeline's cursor: every message up to it has been offered to its stages
     # (ledger/pipeline.py). Lags ``last_sequence`` between a commit and the pipeline's run.
     pipeline_sequence = models.BigIntegerField(default=0, db_default=0)
+    # Which runners may serve it (runner pools): a claim that asks for labels only gets tasks of
+    # clusters carrying every one (``ledger.labels``, SPEC §7.4).
+    labels = models.JSONField(default=dict, blank=True, db_default={})
 
     class Meta:
         ordering = ("-created_at",)

@@ -119,6 +119,7 @@ class ClusterRecord:
     message_count: int = 0
     last_sequence: int = 0
     last_activity: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def agent_count(self) -> int:

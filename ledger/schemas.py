@@ -145,6 +145,9 @@ class ClusterOut(Schema):
     message_count: int
     last_activity: int | None
     agent_count: int
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="which runner pool serves it (SPEC §7.4)"
+    )
 
 
 class ClusterDetailOut(ClusterOut):

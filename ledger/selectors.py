@@ -11,6 +11,7 @@ from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from ledger import statements
 from ledger.errors import InvalidInput, NotFound
 from ledger.filters import DEFAULT_PAGE, MAX_PAGE, MessageFilter, filter_check
+from ledger.labels import labels_stored
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord, PipelineLag, SearchHit
 from ledger.search import search_narrow
@@ -51,6 +52,7 @@ def cluster_record(cluster: Cluster) -> ClusterRecord:
         message_count=cluster.last_sequence,
         last_sequence=cluster.last_sequence,
         last_activity=last_message_at or None,
+        labels=labels_stored(cluster.labels),
     )
 
 

@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models import Field
 
 from ledger.filters import MessageFilter
+from ledger.labels import labels_stored
 from ledger.models import Cluster, Message
 from ledger.records import JSON, ClusterRecord, MessageRecord
 
@@ -114,6 +115,7 @@ def _cluster_select(vendor: str) -> str:
         "template",
         "params",
         "last_sequence",
+        "labels",
     )
     clusters = connection.ops.quote_name(Cluster._meta.db_table)
     messages = connection.ops.quote_name(Message._meta.db_table)
@@ -192,7 +194,7 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     found = _rows(_cluster_select(connection.vendor), [cluster_id])
     if not found:
         return None
-    id_, created_at, state, config, template, params, last_sequence, newest = found[0]
+    id_, created_at, state, config, template, params, last_sequence, labels, newest = found[0]
     config, params = _json(config), _json(params)
     return ClusterRecord(
         id=id_,
@@ -204,6 +206,7 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
         message_count=last_sequence,
         last_sequence=last_sequence,
         last_activity=newest or None,
+        labels=labels_stored(_json(labels)),
     )
 
 

@@ -4,7 +4,7 @@ Two kinds of families, so that N server processes add up to the truth:
 
 - read from the database at scrape time (``LedgerCollector``), the same for whichever process
   is scraped: messages by cluster state, tasks by state, queue depth and oldest queued age by
-  agent, expired leases, retries pending, pipeline lag, runners holding tasks. Every query is
+  agent, expired leases, retries pending, pipeline lag, runners seen lately. Every query is
   bounded and index-backed (the task indexes lead with ``state``; lag reads live clusters only).
 - measured in each process (``prometheus_client`` metrics): messages published by topic family,
   publish latency, websocket connections. With ``PROMETHEUS_MULTIPROC_DIR`` set (as
@@ -35,6 +35,7 @@ from ledger.interfaces import MessageRecord, bus, now_ms
 from ledger.models import Cluster
 from operations.lag import pipeline_lagging
 from runs.models import OPEN_STATES, Task, TaskState
+from runs.selectors import runners_seen_count
 
 # zeroshot's topic vocabulary by its first word; anything else is "other".
 TOPIC_FAMILIES = frozenset(
@@ -53,6 +54,8 @@ TOPIC_FAMILIES = frozenset(
     }
 )
 LAG_CLUSTERS_READ = 1000
+# A runner long-polls its claims (10 s by default): one not seen for two minutes is gone.
+RUNNERS_RECENT_MS = 120_000
 
 
 def topic_family(topic: str) -> str:
@@ -153,18 +156,11 @@ class LedgerCollector(Collector):
         retries.add_metric([], float((attempts["n"] or 0) - (attempts["tasks"] or 0)))
         yield retries
         runners = GaugeMetricFamily(
-            "zeroshot_runners_seen", "Distinct runners (workers) holding a claimed task."
+            "zeroshot_runners_seen",
+            f"Runners that claimed in the last {RUNNERS_RECENT_MS // 1000} seconds "
+            "(the runner registry).",
         )
-        runners.add_metric(
-            [],
-            float(
-                Task.objects.filter(state=TaskState.CLAIMED)
-                .exclude(worker="")
-                .values("worker")
-                .distinct()
-                .count()
-            ),
-        )
+        runners.add_metric([], float(runners_seen_count(since=now - RUNNERS_RECENT_MS)))
         yield runners
 
     def _lag(self) -> Iterator[Metric]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
-from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt
+from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, StringConstraints
 
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -55,7 +55,16 @@ class ClaimIn(Schema):
     roles: list[str] = Field(default_factory=list, max_length=100)
     wait: StrictInt | StrictFloat = Field(0, ge=0, le=WAIT_MAX, description="seconds to wait")
     lease: StrictInt | StrictFloat | None = Field(None, ge=5, le=3600, description="seconds")
-    worker: str = Field("", max_length=128)
+    worker: str = Field("", max_length=128, description="the runner's name (default host:pid)")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="runner pools: only tasks of clusters carrying every one of these labels",
+    )
+    providers: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="only tasks whose agent names one of these providers, or names none",
+    )
 
 
 class TriggerRefOut(Schema):
@@ -203,10 +212,13 @@ def claim_filter(payload: ClaimIn, scope: str | None) -> ClaimFilter:
         raise Forbidden(
             f"this API key is limited to cluster {scope!r}", details={"cluster": payload.cluster}
         )
+    providers = tuple(sorted(set(payload.providers)))
     return ClaimFilter(
         cluster_id=payload.cluster or scope,
         agents=tuple(payload.agents),
         roles=tuple(payload.roles),
+        labels=tuple(ledger.labels_parse(payload.labels).items()),
+        providers=providers,
     )
 
 
@@ -339,3 +351,26 @@ def clusters_start(request: HttpRequest, cluster_id: str, payload: StartIn) -> C
 def clusters_stop(request: HttpRequest, cluster_id: str) -> ClusterRecord:
     require_cluster(request, cluster_id)
     return services.cluster_stop(cluster_id=cluster_id)
+
+
+class RunnerOut(Schema):
+    name: str = Field(description="as its claims name it (`worker`; the runner's default host:pid)")
+    first_seen_at: int = Field(description="ms")
+    last_seen_at: int = Field(description="ms: its latest claim, completion or failure")
+    labels: dict[str, str] = Field(description="the labels its claims ask for (its pool)")
+    providers: list[str] = Field(description="the providers its claims ask for; empty: any")
+    holding: int = Field(description="tasks it holds a lease on now")
+    claimed: int
+    completed: int
+    failed: int = Field(description="fail calls it made (a retry counts)")
+
+
+@router.get(
+    "/runners",
+    response={200: list[RunnerOut], **ERRORS},
+    summary="The runners that claimed, most recently seen first",
+)
+def runners_list(request: HttpRequest) -> list[dict[str, Any]]:
+    if scoped_cluster(request) is not None:
+        raise Forbidden("a key limited to one cluster cannot list the runners")
+    return [r.to_wire() for r in selectors.runners_seen()]

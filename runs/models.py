@@ -32,6 +32,9 @@ class Task(models.Model):
     )
     agent_id = models.CharField(max_length=64)
     role = models.CharField(max_length=128, blank=True, default="")
+    # The agent's ``provider`` when it names one: only a runner serving it may claim the task
+    # (a claim's ``providers``); "" is served by any runner (SPEC §7.4).
+    provider = models.CharField(max_length=64, blank=True, default="", db_default="")
     iteration = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.QUEUED)
     trigger_message_id = models.CharField(max_length=128)
@@ -78,3 +81,26 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.agent_id}#{self.iteration} {self.state}"
+
+
+class Runner(models.Model):
+    """A runner as its claims name it (``worker``), what it serves and what it did (SPEC §7.4).
+
+    Written with the claim, completion and failure it reports, in their transactions: one
+    upsert or one counter update each. What it holds now is read from its claimed tasks.
+    """
+
+    name = models.CharField(primary_key=True, max_length=128)
+    first_seen_at = models.BigIntegerField(help_text="ms")
+    last_seen_at = models.BigIntegerField(help_text="ms")
+    labels = models.JSONField(default=dict, blank=True)
+    providers = models.JSONField(default=list, blank=True)
+    claimed = models.PositiveBigIntegerField(default=0)
+    completed = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        indexes = (models.Index(fields=["-last_seen_at"], name="runner_last_seen"),)
+
+    def __str__(self) -> str:
+        return self.name

@@ -95,3 +95,31 @@ class TaskRecord:
         if with_lease:
             wire["lease_id"] = self.lease_id
         return wire
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerRecord:
+    """A runner as the server saw it (SPEC §7.4): what it serves, what it holds, what it did."""
+
+    name: str
+    first_seen_at: int
+    last_seen_at: int
+    labels: dict[str, str]
+    providers: tuple[str, ...]
+    holding: int
+    claimed: int
+    completed: int
+    failed: int
+
+    def to_wire(self) -> dict[str, JSON]:
+        return {
+            "name": self.name,
+            "first_seen_at": self.first_seen_at,
+            "last_seen_at": self.last_seen_at,
+            "labels": dict(self.labels),
+            "providers": list(self.providers),
+            "holding": self.holding,
+            "claimed": self.claimed,
+            "completed": self.completed,
+            "failed": self.failed,
+        }

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db.models import TextField
+from django.db.models import Count, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from ledger.interfaces import NotFound
-from runs.models import OPEN_STATES, Task, TaskState
-from runs.records import TaskRecord, states_matching
+from runs.models import OPEN_STATES, Runner, Task, TaskState
+from runs.records import RunnerRecord, TaskRecord, states_matching
 
 DEFAULT_PAGE = 50
 # The characters of each result a list of tasks shows.
@@ -135,3 +135,51 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
             dropped=finished[(agent_id, TaskState.DROPPED)],
         )
     return activity
+
+
+# Runners listed at most: a fleet is tens of runners; each restart names a new one (host:pid).
+RUNNERS_MAX = 500
+
+
+def runners_seen(*, since: int | None = None, limit: int = RUNNERS_MAX) -> list[RunnerRecord]:
+    """The runners that claimed, most recently seen first (``runner_last_seen``), seen at or
+    after ``since`` (ms) when given; each with the tasks it holds now (one grouped count over
+    the claimed tasks, which ``task_lease_expiry`` leads with)."""
+    rows = Runner.objects.order_by("-last_seen_at", "name")
+    if since is not None:
+        rows = rows.filter(last_seen_at__gte=since)
+    runners = list(rows[: max(1, min(limit, RUNNERS_MAX))])
+    names = [r.name for r in runners]
+    holding = dict(
+        Task.objects.filter(state=TaskState.CLAIMED, worker__in=names)
+        .values("worker")
+        .annotate(n=Count("pk"))
+        .values_list("worker", "n")
+    )
+    return [
+        RunnerRecord(
+            name=r.name,
+            first_seen_at=r.first_seen_at,
+            last_seen_at=r.last_seen_at,
+            labels=_string_map(r.labels),
+            providers=tuple(p for p in r.providers if isinstance(p, str))
+            if isinstance(r.providers, list)
+            else (),
+            holding=holding.get(r.name, 0),
+            claimed=r.claimed,
+            completed=r.completed,
+            failed=r.failed,
+        )
+        for r in runners
+    ]
+
+
+def runners_seen_count(*, since: int) -> int:
+    """How many runners claimed at or after ``since`` (ms)."""
+    return Runner.objects.filter(last_seen_at__gte=since).count()
+
+
+def _string_map(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}

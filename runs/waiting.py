@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ledger import interfaces as ledger
 from runs.models import Task, TaskState
 from runs.services import Claim, task_claim
-from runs.services.tasks import claimable
+from runs.services.tasks import claimable, runner_seen
 from runs.signals import tasks_changed
 
 logger = logging.getLogger(__name__)
@@ -36,31 +36,44 @@ LOOK_GAP_SECONDS = 0.05
 # Claimable tasks looked at per look: each agent has at most one, so this bounds agents.
 HEADS_MAX = 5000
 
-Head = tuple[str, str, str]  # cluster, agent, role of a claimable task
+# cluster, agent, role, provider of a claimable task, and its cluster's labels
+Head = tuple[str, str, str, str, object]
 Run = Callable[..., Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimFilter:
-    """What a worker asks for (SPEC §7.4): a cluster, agents, roles; empty means any."""
+    """What a worker asks for (SPEC §7.4): a cluster, agents, roles; empty means any. Labels
+    the task's cluster must all carry, and providers one of which the task's agent names (an
+    agent naming none is served by any runner)."""
 
     cluster_id: str | None = None
     agents: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    providers: tuple[str, ...] = ()
 
     def passes(self, head: Head) -> bool:
-        cluster_id, agent_id, role = head
+        cluster_id, agent_id, role, provider, labels = head
         return (
             (self.cluster_id is None or cluster_id == self.cluster_id)
             and (not self.agents or agent_id in self.agents)
             and (not self.roles or role in self.roles)
+            and (not self.providers or not provider or provider in self.providers)
+            and (
+                not self.labels
+                or (
+                    isinstance(labels, dict)
+                    and all(labels.get(key) == value for key, value in self.labels)
+                )
+            )
         )
 
 
 def claimable_heads(*, now: int) -> list[Head]:
     """Who has a task to hand out now, one row per agent: queue heads, expired tasks, and
     leases that ran out (the claim ends those first)."""
-    columns = ("cluster_id", "agent_id", "role")
+    columns = ("cluster_id", "agent_id", "role", "provider", "cluster__labels")
     heads = list(claimable(now=now).values_list(*columns)[:HEADS_MAX])
     lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=now)
     return heads + list(lapsed.values_list(*columns)[:HEADS_MAX])
@@ -176,10 +189,17 @@ async def claim_waiting(
             cluster_id=wanted.cluster_id,
             agents=wanted.agents,
             roles=wanted.roles,
+            labels=wanted.labels,
+            providers=wanted.providers,
             lease_seconds=lease_seconds,
             worker=worker,
         )
 
+    if worker:
+        # Seen when it asks, not only when it gets a task: an idle runner is still there.
+        await run(
+            lambda: runner_seen(name=worker, labels=dict(wanted.labels), providers=wanted.providers)
+        )
     watch = claim_watch(run)
     # A claim that may wait looks through the watch first: a thousand arriving at once share
     # one look instead of taking the write lock a thousand times.

@@ -73,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="claim only tasks of agents with this role (repeatable)",
     )
     work.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        dest="labels",
+        type=_label,
+        metavar="KEY=VALUE",
+        help="runner pools: claim only tasks of clusters carrying this label (repeatable)",
+    )
+    work.add_argument(
         "--concurrency",
         type=_positive_int,
         default=1,
@@ -199,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster=args.cluster,
             agents=tuple(args.agents),
             roles=tuple(args.roles),
+            claim_labels=tuple(dict(args.labels).items()),
+            claim_providers=_claim_providers(args.provider),
             concurrency=args.concurrency,
             wait=args.wait,
             lease=args.lease,
@@ -213,11 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     logging.getLogger(__name__).info(
-        "runner %s: %s provider, %d slot(s), workspace %s, server %s",
+        "runner %s: %s provider, %d slot(s), workspace %s, labels %s, server %s",
         args.worker,
         ",".join(args.provider),
         args.concurrency,
         args.workspace,
+        ",".join(f"{k}={v}" for k, v in dict(args.labels).items()) or "none",
         client.base_url,
     )
     try:
@@ -307,3 +319,16 @@ def _wait_seconds(text: str) -> float:
     if value > MAX_WAIT:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_WAIT:g}")
     return value
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _claim_providers(names: Sequence[str]) -> tuple[str, ...]:
+    """What the claims ask for: a runner serving several providers claims only agents naming
+    one of them (or none); a runner given one runs every agent on it, so it asks for any."""
+    return tuple(names) if len(names) > 1 else ()

@@ -464,7 +464,11 @@ def cluster_config_validate(config: Mapping[str, JSON] | None, *, where: str = "
 
 
 def cluster_create_from_template(
-    *, template_name: str, params: Mapping[str, JSON] | None, cluster_id: str | None = None
+    *,
+    template_name: str,
+    params: Mapping[str, JSON] | None,
+    cluster_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> ClusterRecord:
     """Create a cluster whose config is the template resolved with ``params``.
 
@@ -478,5 +482,9 @@ def cluster_create_from_template(
     config = template_resolve(template.body, given)
     cluster_config_validate(config, where=f"template {template_name!r} resolves to invalid agents")
     return ledger.cluster_create(
-        cluster_id=cluster_id, config=config, template=template_name, params=values
+        cluster_id=cluster_id,
+        config=config,
+        template=template_name,
+        params=values,
+        labels=dict(labels) if labels is not None else None,
     )

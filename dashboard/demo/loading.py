@@ -69,6 +69,8 @@ def demo_load() -> int:
             config={"agents": spec["agents"]},
             template=spec["template"],
             created_at=start,
+            # The demo's runner pool: `make run`'s scripted runner serves it, and only it.
+            labels={"pool": "demo"},
         )
         step = max(2, spec["minutes_ago"] * 60_000 // (len(spec["messages"]) + 2))
         state: dict[str, JSON] | None = None

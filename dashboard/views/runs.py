@@ -103,7 +103,11 @@ def cluster_launch(request: HtmxHttpRequest) -> HttpResponse:
     if form.is_valid():
         issue = {"title": form.cleaned_data["title"], "text": form.cleaned_data["text"]}
         try:
-            cluster = runs.cluster_launch(template_name=form.cleaned_data["template"], issue=issue)
+            cluster = runs.cluster_launch(
+                template_name=form.cleaned_data["template"],
+                issue=issue,
+                labels=form.cleaned_data["labels"],
+            )
         except ServiceError as exc:
             form.add_error(None, exc.message)
         else:

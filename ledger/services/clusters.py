@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger.errors import Conflict, InvalidInput
+from ledger.labels import labels_parse
 from ledger.models import Cluster, ClusterState
 from ledger.records import JSON, ClusterRecord
 from ledger.selectors import cluster_record
@@ -41,8 +42,10 @@ def cluster_create(
     params: Mapping[str, JSON] | None = None,
     state: str = ClusterState.INITIALIZING,
     created_at: int | None = None,
+    labels: object = None,
 ) -> ClusterRecord:
-    """Create a cluster; without an id, a readable one is generated."""
+    """Create a cluster; without an id, a readable one is generated. ``labels``: which runner
+    pool serves it (``ledger.labels.labels_parse``)."""
     row = _cluster_row(
         cluster_id=cluster_id,
         config=config,
@@ -51,6 +54,7 @@ def cluster_create(
         state=state,
         created_at=created_at,
     )
+    row.labels = labels_parse(labels)
     for _ in range(20):
         row.pk = cluster_id or cluster_id_generate()
         try:
@@ -74,6 +78,7 @@ def cluster_create_transaction(
     params: Mapping[str, JSON] | None = None,
     state: str = ClusterState.RUNNING,
     created_at: int | None = None,
+    labels: object = None,
 ) -> AbstractContextManager[ClusterWriter]:
     """A write transaction (``cluster_transaction``) that creates the cluster first: unless
     everything written commits, the cluster does not exist either. For imports: a source that
@@ -88,6 +93,7 @@ def cluster_create_transaction(
         created_at=created_at,
     )
     row.pk = cluster_id
+    row.labels = labels_parse(labels)
     return cluster_transaction(cluster_id, new=row)
 
 

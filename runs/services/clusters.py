@@ -101,11 +101,16 @@ def cluster_stop(*, cluster_id: str, reason: str = "stopped by an operator") -> 
 
 
 def cluster_launch(
-    *, template_name: str, issue: Mapping[str, JSON], params: Mapping[str, JSON] | None = None
+    *,
+    template_name: str,
+    issue: Mapping[str, JSON],
+    params: Mapping[str, JSON] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> ClusterRecord:
-    """Create a cluster from a template and start it with an issue (the dashboard's *Start*)."""
+    """Create a cluster from a template, with ``labels`` (its runner pool), and start it with
+    an issue (the dashboard's *Start*)."""
     _issue_checked(issue)
     created = cluster_create_from_template(
-        template_name=template_name, params=params, cluster_id=None
+        template_name=template_name, params=params, cluster_id=None, labels=labels
     )
     return cluster_start(cluster_id=created.id, issue=issue)

@@ -46,6 +46,7 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecor
         cluster_id=writer.cluster_id,
         agent_id=agent_id,
         role=agent.role,
+        provider=(agent.provider or "")[:64],
         iteration=iteration,
         state=TaskState.QUEUED,
         trigger_message_id=message.id,

@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
 
 from context.services import (
     BuildOutcome,
@@ -41,7 +43,7 @@ from ledger.interfaces import (
 )
 from runs import lifecycle
 from runs.hooks import completion_drafts
-from runs.models import Task, TaskState
+from runs.models import Runner, Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
 from runs.signals import tasks_changed
@@ -94,6 +96,8 @@ def task_claim(
     cluster_id: str | None = None,
     agents: Sequence[str] = (),
     roles: Sequence[str] = (),
+    labels: Sequence[tuple[str, str]] = (),
+    providers: Sequence[str] = (),
     lease_seconds: int | None = None,
     worker: str = "",
 ) -> Claim | None:
@@ -105,8 +109,17 @@ def task_claim(
     """
     lease = _lease_seconds(lease_seconds)
     tasks_expire(now=ledger.now_ms())
+    wanted = _Wanted(
+        cluster_id=cluster_id,
+        agents=tuple(agents),
+        roles=tuple(roles),
+        labels=tuple(labels),
+        providers=tuple(providers),
+    )
+    if worker:
+        runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
     for _ in range(20):
-        taken = _take(cluster_id=cluster_id, agents=agents, roles=roles, lease=lease, worker=worker)
+        taken = _take(wanted, lease=lease, worker=worker)
         if taken is None:
             return None
         task, started_draft = taken
@@ -200,20 +213,39 @@ def tasks_expire(*, now: int) -> int:
     return ended
 
 
-def _take(
-    *, cluster_id: str | None, agents: Sequence[str], roles: Sequence[str], lease: int, worker: str
-) -> tuple[TaskRecord, MessageDraft] | None:
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    cluster_id: str | None
+    agents: tuple[str, ...]
+    roles: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    providers: tuple[str, ...]
+
+
+def claim_narrow(tasks: QuerySet[Task], wanted: _Wanted) -> QuerySet[Task]:
+    """``tasks`` that pass a claim's filters (SPEC §7.4). Labels: the task's cluster carries
+    each (a key lookup on the cluster row the claim joins by primary key); providers: the
+    task's agent names one of them or none."""
+    if wanted.cluster_id is not None:
+        tasks = tasks.filter(cluster_id=wanted.cluster_id)
+    if wanted.agents:
+        tasks = tasks.filter(agent_id__in=list(wanted.agents))
+    if wanted.roles:
+        tasks = tasks.filter(role__in=list(wanted.roles))
+    if wanted.providers:
+        tasks = tasks.filter(Q(provider="") | Q(provider__in=list(wanted.providers)))
+    for key, value in wanted.labels:
+        tasks = tasks.filter(Exact(KeyTextTransform(key, "cluster__labels"), value))
+    return tasks
+
+
+def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, MessageDraft] | None:
     """Lock the oldest claimable task and give it a new lease, in one short transaction; the
-    task and its ``TASK_STARTED``, which the build records."""
+    task and its ``TASK_STARTED``, which the build records. The runner's claim count moves in
+    the same transaction."""
     with transaction.atomic(durable=True):
         now = ledger.now_ms()
-        tasks = claimable(now=now)
-        if cluster_id is not None:
-            tasks = tasks.filter(cluster_id=cluster_id)
-        if agents:
-            tasks = tasks.filter(agent_id__in=list(agents))
-        if roles:
-            tasks = tasks.filter(role__in=list(roles))
+        tasks = claim_narrow(claimable(now=now), wanted)
         task = (
             tasks.order_by("created_at", "id")
             .select_for_update(skip_locked=True, of=("self",))
@@ -230,6 +262,10 @@ def _take(
             lease_expires_at=now + lease * 1000,
             worker=worker[:128],
         )
+        if worker:
+            Runner.objects.filter(name=worker[:128]).update(
+                claimed=F("claimed") + 1, last_seen_at=now
+            )
     assert started is not None
     return task_record(task), started
 
@@ -397,6 +433,7 @@ def task_complete(
             completion_hash=body_hash,
         )
         assert completed is not None
+        _runner_count(task.worker, "completed")
         drafts: list[MessageDraft] = []
         if usage:
             drafts.append(lifecycle.usage_draft(record, dict(usage)))
@@ -470,9 +507,51 @@ def task_fail(
         else:
             draft = task_move(task, TaskEvent.FAIL, now=now, error=error, report={"phase": "task"})
         assert draft is not None
+        _runner_count(task.worker, "failed")
         writer.append([draft], now=ledger.now_ms())
         transaction.on_commit(tasks_changed.notify)
     return task_record(task)
+
+
+# --- the runners the claims name ---------------------------------------------------------------
+
+# A runner seen this recently with the same labels and providers is not written again: a claim
+# that long-polls costs one read, not a write, while its runner idles.
+RUNNER_SEEN_EVERY_MS = 5000
+
+
+def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str]) -> None:
+    """Record that the runner ``name`` claimed now, serving ``labels`` and ``providers``: one
+    read, and one upsert when it was not seen lately or serves something else now."""
+    name = name[:128]
+    now = ledger.now_ms()
+    serves = (dict(sorted(labels.items())), sorted(providers))
+    known = Runner.objects.filter(name=name).values_list("last_seen_at", "labels", "providers")
+    row = known.first()
+    if row is not None and now - row[0] < RUNNER_SEEN_EVERY_MS and (row[1], row[2]) == serves:
+        return
+    Runner.objects.bulk_create(
+        [
+            Runner(
+                name=name,
+                first_seen_at=now,
+                last_seen_at=now,
+                labels=serves[0],
+                providers=serves[1],
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=["last_seen_at", "labels", "providers"],
+    )
+
+
+def _runner_count(worker: str, field: str) -> None:
+    """Count a completion or failure for the task's runner, in the caller's transaction."""
+    if worker:
+        Runner.objects.filter(name=worker).update(
+            **{field: F(field) + 1}, last_seen_at=ledger.now_ms()
+        )
 
 
 def _finish_failed(task: TaskRecord, *, error: str) -> None:

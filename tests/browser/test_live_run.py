@@ -37,6 +37,9 @@ def test_start_the_demo_template_and_watch_it_run_to_completion(
             live_url,
             "--provider",
             "scripted",
+            # as `make run` starts it: the demo's pool only, which the start form's default is
+            "--label",
+            "pool=demo",
             "--script",
             str(DEMO_SCRIPT),
             "--concurrency",

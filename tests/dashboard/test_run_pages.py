@@ -103,6 +103,45 @@ def test_a_cluster_is_started_from_a_template_with_an_issue(operator: Client) ->
     assert "Stop</button>" in page
 
 
+def test_the_start_form_labels_the_cluster_for_the_demo_pool_by_default(
+    operator: Client,
+) -> None:
+    # given the start form: its labels field says pool=demo before anyone types
+    templates_load_builtin()
+    listing = operator.get("/").content.decode()
+    assert 'name="labels"' in listing
+    assert 'value="pool=demo"' in listing
+    # when started with the labels as shown, with other labels, and with none
+    started = {}
+    for labels in ("pool=demo", "pool=gpu, team=a", ""):
+        response = operator.post(
+            "/launch/", {"template": "worker-validator", "text": "Add it", "labels": labels}
+        )
+        assert response.status_code == 302, response.content
+        cid = response["Location"].strip("/").split("/")[-1]
+        started[labels] = cluster_get(cluster_id=cid).labels
+    # then each cluster carries what was asked for
+    assert started == {
+        "pool=demo": {"pool": "demo"},
+        "pool=gpu, team=a": {"pool": "gpu", "team": "a"},
+        "": {},
+    }
+    # and a cluster's page shows its labels
+    labelled = Cluster.objects.get(labels={"pool": "gpu", "team": "a"}).id
+    page = operator.get(f"/clusters/{labelled}/").content.decode()
+    assert '<span class="mono">pool=gpu</span>, <span class="mono">team=a</span>' in page
+
+
+def test_start_labels_that_are_not_key_value_are_refused(operator: Client) -> None:
+    templates_load_builtin()
+    response = operator.post(
+        "/launch/", {"template": "worker-validator", "text": "Add it", "labels": "pool"}
+    )
+    assert response.status_code == 422
+    assert "is not key=value" in response.content.decode()
+    assert Cluster.objects.count() == 0
+
+
 def test_a_bad_start_says_why_and_creates_nothing(operator: Client) -> None:
     templates_load_builtin()
 

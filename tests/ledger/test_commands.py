@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from io import StringIO
 
 import pytest
@@ -52,6 +53,10 @@ def test_demo_fills_an_empty_database_once(db: None) -> None:
         "AGENT_LIFECYCLE",
     } <= topics
     assert set(Cluster.objects.values_list("state", flat=True)) >= {"running", "completed"}
+    # every demo cluster is in the demo's runner pool, which `make run`'s runner serves
+    assert {json.dumps(labels) for labels in Cluster.objects.values_list("labels", flat=True)} == {
+        '{"pool": "demo"}'
+    }
 
 
 def test_demo_records_builds_and_snapshots_as_a_run_would(db: None) -> None:

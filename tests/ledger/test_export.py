@@ -37,6 +37,7 @@ def fill_cluster() -> list[dict[str, Any]]:
         params={"maxTokens": 9000},
         state="completed",
         created_at=1_700_000_000_000,
+        labels={"pool": "gpu"},
     )
     drafts = [
         MessageDraft(topic="ISSUE_OPENED", sender="system", content={"text": "Add a button"}),
@@ -79,11 +80,18 @@ def test_export_then_import_into_an_empty_database_gives_identical_messages(
     assert out.getvalue() == f"{CLUSTER}: imported 6, skipped 0 (new cluster)\n"
     cluster = cluster_get(cluster_id=CLUSTER)
     if fmt == "json":
-        assert (cluster.config, cluster.params, cluster.state, cluster.created_at) == (
+        assert (
+            cluster.config,
+            cluster.params,
+            cluster.state,
+            cluster.created_at,
+            cluster.labels,
+        ) == (
             {"agents": AGENTS},
             {"maxTokens": 9000},
             "completed",
             1_700_000_000_000,
+            {"pool": "gpu"},
         )
     else:
         # JSON Lines hold messages only: the cluster starts at its first message, stopped.
@@ -118,6 +126,7 @@ def test_the_json_export_holds_the_cluster_and_its_messages() -> None:
         "state": "completed",
         "template": None,
         "params": {"maxTokens": 9000},
+        "labels": {"pool": "gpu"},
         "config": {"agents": AGENTS},
         "message_count": 6,
     }

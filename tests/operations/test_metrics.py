@@ -17,10 +17,10 @@ from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from context.services.templates import cluster_create_from_template, templates_load_builtin
-from ledger.interfaces import message_query
+from ledger.interfaces import message_query, now_ms
 from ledger.models import Cluster
 from operations.metrics import WEBSOCKETS, WebsocketCounter, topic_family
-from runs.models import Task
+from runs.models import Runner, Task
 from tests.conftest import ApiClient, subprocess_database_url
 from tests.live_server import REPO
 from tests.runs.conftest import ScriptedWorker
@@ -111,7 +111,8 @@ def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) ->
     assert states == {"completed": 1, "claimed": 1}
     for state in ("queued", "claimed", "completed", "failed", "cancelled"):
         assert after[("zeroshot_tasks", (("state", state),))] == states.get(state, 0)
-    assert after[("zeroshot_runners_seen", ())] == 1
+    # the registry's runners that claimed lately: the scripted worker ("test") and runner-7
+    assert after[("zeroshot_runners_seen", ())] == 2
     assert after[("zeroshot_task_leases_expired", ())] == 0
     assert after[("zeroshot_task_retries_open", ())] == 0
     assert after[("zeroshot_pipeline_lag_messages", ())] == 0
@@ -206,3 +207,14 @@ def test_with_a_multiprocess_directory_a_scrape_adds_up_every_process(tmp_path: 
     }
     assert values[("zeroshot_messages_published_total", '{"topic_family": "issue"}')] == 2
     assert ("zeroshot_tasks", '{"state": "queued"}') in values
+
+
+@pytest.mark.django_db
+@override_settings(OPERATIONS_METRICS_TOKEN=TOKEN)
+def test_runners_seen_counts_the_registry_s_recent_runners_not_task_holders() -> None:
+    # given a runner idling now (no task held) and one last seen an hour ago
+    now = now_ms()
+    Runner.objects.create(name="idle", first_seen_at=now, last_seen_at=now)
+    Runner.objects.create(name="gone", first_seen_at=now - 3_600_000, last_seen_at=now - 3_600_000)
+    # then only the recent one counts
+    assert samples()[("zeroshot_runners_seen", ())] == 1

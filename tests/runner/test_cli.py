@@ -190,3 +190,50 @@ def test_a_runner_names_itself_host_and_pid_by_default() -> None:
     assert build_parser().parse_args(["--provider", "codex"]).worker == (
         f"{socket.gethostname()}:{os.getpid()}"
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "labels", "providers"),
+    [
+        # a runner of the demo pool, of one provider: it runs any agent, so asks for any
+        (["--label", "pool=demo", "--provider", "scripted"], {"pool": "demo"}, None),
+        # a runner of two pools' labels and two providers asks for both
+        (
+            ["--label", "pool=gpu", "--label", "team=a", "--provider", "claude,codex"],
+            {"pool": "gpu", "team": "a"},
+            ["claude", "codex"],
+        ),
+        # no labels: no labels sent
+        (["--provider", "scripted"], None, None),
+    ],
+)
+def test_a_runners_claims_carry_its_labels_and_providers(
+    work_api: FakeWorkApi,
+    tmp_path: Path,
+    options: list[str],
+    labels: dict[str, str] | None,
+    providers: list[str] | None,
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"*": [{"result": {"summary": "ok"}}]}))
+    if "scripted" in options:
+        options = [*options, "--script", str(script)]
+    runner = start_runner(work_api, "--worker", "box:9", *options)
+    try:
+        assert wait_until(lambda: bool(work_api.seen("/tasks/claim")), timeout=20)
+    finally:
+        runner.terminate()
+        runner.communicate(timeout=20)
+    body = work_api.seen("/tasks/claim")[0].body
+    assert body["worker"] == "box:9"
+    assert body.get("labels") == labels
+    assert body.get("providers") == providers
+
+
+def test_a_label_must_be_key_equals_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["--key", "k", "--provider", "codex", "--label", "pool"])
+    assert raised.value.code == 2
+    assert "'pool' is not KEY=VALUE" in capsys.readouterr().err

@@ -77,6 +77,11 @@ BODIES = [
     json.dumps({"agents": ["a"] * 101}),
     '{"worker": "\\u0000"}',
     json.dumps({"cluster": "elsewhere"}),
+    json.dumps({"labels": {"pool": "demo"}, "providers": ["claude"], "worker": "w"}),
+    json.dumps({"labels": {"a b": "x"}}),
+    json.dumps({"labels": {"pool": 1}}),
+    json.dumps({"providers": ["p"] * 33}),
+    json.dumps({"providers": ["p" * 65]}),
 ]
 
 
@@ -134,3 +139,16 @@ def test_the_rate_limit_counts_the_routes_claims() -> None:
     assert limited.status_code == 429
     assert limited.json() == {"code": "rate_limited", "message": "Too many requests."}
     assert 1 <= int(limited.headers["Retry-After"]) <= 60
+
+
+def test_the_route_filters_on_labels_and_providers_as_the_endpoint_does() -> None:
+    # given a task of an unlabelled cluster, whose agent names no provider
+    cluster_id = running()
+    message_publish(cluster_id=cluster_id, draft=MessageDraft(topic="GO", sender="system"))
+    _, key = api_key_create(name="w")
+    # then a claim of the demo's pool gets nothing, a claim of a provider gets it
+    demo = through_route(key, json.dumps({"wait": 0, "labels": {"pool": "demo"}}), Counting())
+    assert demo.status_code == 204
+    codex = through_route(key, json.dumps({"wait": 0, "providers": ["codex"]}), Counting())
+    assert codex.status_code == 200
+    assert codex.json()["task"]["cluster_id"] == cluster_id
