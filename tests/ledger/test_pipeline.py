@@ -33,11 +33,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 class Echo:
     """Appends one reply per PING it is offered."""
 
-    stage: Recorder
+    pings: list[int]
 
     def apply(self, writer: ClusterWriter) -> None:
+        # The pings of its own plan: with the pipeline's workers, two clusters plan at once.
         writer.append(
-            [MessageDraft(topic="PONG", sender="echo") for _ in self.stage.pings],
+            [MessageDraft(topic="PONG", sender="echo") for _ in self.pings],
             now=now_ms(),
         )
 
@@ -52,8 +53,9 @@ class Recorder:
 
     def plan(self, batch: Batch) -> Echo | None:
         self.seen.extend((m.sequence, m.topic) for m in batch.live)
-        self.pings = [m.sequence for m in batch.live if m.topic == "PING"]
-        return Echo(self) if self.pings else None
+        pings = [m.sequence for m in batch.live if m.topic == "PING"]
+        self.pings = pings
+        return Echo(pings) if pings else None
 
 
 @pytest.fixture
