@@ -73,10 +73,10 @@ def pipeline_check() -> Check:
     started = time.perf_counter()
     limit = settings.OPERATIONS_READY_MAX_PIPELINE_LAG
     try:
-        lagging = pipeline_lagging(limit=100)
+        lagging = pipeline_lagging(limit=1000, live_only=True)
     except Exception as error:
         return Check("pipeline", False, _ms(started), _failure(error))
-    worst = lagging[0].messages if lagging else 0
+    worst = max((lag.messages for lag in lagging), default=0)
     detail: dict[str, object] = {
         "lagging_clusters": len(lagging),
         "max_lag": worst,

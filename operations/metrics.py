@@ -7,8 +7,10 @@ Two kinds of families, so that N server processes add up to the truth:
   agent, expired leases, retries pending, pipeline lag, runners seen lately. Every query is
   bounded and index-backed (the task indexes lead with ``state``; lag reads live clusters only).
 - measured in each process (``prometheus_client`` metrics): messages published by topic family,
-  publish latency, websocket connections. With ``PROMETHEUS_MULTIPROC_DIR`` set (as
-  ``prometheus_client`` asks, before the process starts) a scrape adds up every process's files.
+  publish latency, websocket connections, context builds (latency, estimated tokens), the tokens
+  the agents' models billed, sandbox evaluations (latency) and the sandbox pool. With
+  ``PROMETHEUS_MULTIPROC_DIR`` set (as ``prometheus_client`` asks, before the process starts) a
+  scrape adds up every process's files.
 
 Labels stay low-cardinality: a topic *family* from a fixed list, task states, agent ids (a
 template's handful). A cluster id appears only with ``OPERATIONS_METRICS_CLUSTER_LABELS``.
@@ -23,7 +25,9 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, Min, Sum, TextField, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -34,6 +38,7 @@ from prometheus_client.registry import Collector
 from ledger.interfaces import MessageRecord, bus, now_ms
 from ledger.models import Cluster
 from operations.lag import pipeline_lagging
+from runs.logic.engine import sandbox_observe, sandbox_pool_stats
 from runs.models import OPEN_STATES, Task, TaskState
 from runs.selectors import runners_seen_count
 
@@ -79,6 +84,44 @@ WEBSOCKETS = Gauge(
     "Websocket connections open (agents' and the dashboard's).",
     multiprocess_mode="livesum",
 )
+CONTEXT_BUILD_SECONDS = Histogram(
+    "zeroshot_context_build_seconds",
+    "Time to build an agent's context, by kind (recorded for a task or an API call, preview).",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+CONTEXT_BUILD_TOKENS = Histogram(
+    "zeroshot_context_build_tokens",
+    "Estimated tokens of each context built, by kind.",
+    ["kind"],
+    buckets=(256, 1024, 4096, 16384, 32768, 65536, 131072, 262144),
+)
+MODEL_TOKENS = Counter(
+    "zeroshot_model_tokens",
+    "Tokens the agents' models billed, as their tasks' completions reported (input, output).",
+    ["direction"],
+)
+SANDBOX_SECONDS = Histogram(
+    "zeroshot_sandbox_evaluation_seconds",
+    "Time of one script evaluation in a sandbox process (triggers, hooks, transforms).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+SANDBOX_POOL = Gauge(
+    "zeroshot_sandbox_pool",
+    "Sandbox processes: the pool's bound (size), those alive (processes) and those busy.",
+    ["kind"],
+    multiprocess_mode="livesum",
+)
+PROCESS_FAMILIES = (
+    MESSAGES_PUBLISHED,
+    PUBLISH_SECONDS,
+    WEBSOCKETS,
+    CONTEXT_BUILD_SECONDS,
+    CONTEXT_BUILD_TOKENS,
+    MODEL_TOKENS,
+    SANDBOX_SECONDS,
+    SANDBOX_POOL,
+)
 
 
 def count_published(message: MessageRecord) -> None:
@@ -86,9 +129,47 @@ def count_published(message: MessageRecord) -> None:
     MESSAGES_PUBLISHED.labels(topic_family=topic_family(message.topic)).inc()
 
 
+def count_build(*, outcome: Any, started_ns: int, ended_ns: int, **_: Any) -> None:
+    """A ``context.signals.build_done`` receiver: the build's latency and estimated tokens."""
+    kind = "recorded" if outcome.recorded else "preview"
+    CONTEXT_BUILD_SECONDS.labels(kind=kind).observe(max(0, ended_ns - started_ns) / 1e9)
+    CONTEXT_BUILD_TOKENS.labels(kind=kind).observe(outcome.result.budget.final_tokens)
+
+
+def count_billed(*, completion: Any, **_: Any) -> None:
+    """A ``runs.observe.task_completed`` receiver: the tokens the agent's model billed."""
+    usage = completion.task.usage or {}
+    for direction, key in (("input", "inputTokens"), ("output", "outputTokens")):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            MODEL_TOKENS.labels(direction=direction).inc(value)
+
+
+def count_evaluation(seconds: float) -> None:
+    """A sandbox observer: one evaluation's latency, and the pool as it is now."""
+    SANDBOX_SECONDS.observe(seconds)
+    sandbox_pool_read()
+
+
+def sandbox_pool_read() -> None:
+    """Set the pool gauges of this process from the pool itself."""
+    pool = sandbox_pool_stats()
+    SANDBOX_POOL.labels(kind="size").set(pool.size)
+    SANDBOX_POOL.labels(kind="processes").set(pool.processes)
+    SANDBOX_POOL.labels(kind="busy").set(pool.busy)
+
+
 def subscribe() -> None:
-    """Count published messages from now on (``OperationsConfig.ready``)."""
+    """Measure from now on (``OperationsConfig.ready``): published messages, builds, billed
+    tokens, sandbox evaluations."""
+    from context.signals import build_done
+    from runs.observe import task_completed
+
     bus.subscribe(count_published, include_imported=False)
+    build_done.connect(count_build, dispatch_uid="operations.metrics.count_build")
+    task_completed.connect(count_billed, dispatch_uid="operations.metrics.count_billed")
+    sandbox_observe(count_evaluation)
+    sandbox_pool_read()
 
 
 class LedgerCollector(Collector):
@@ -126,15 +207,23 @@ class LedgerCollector(Collector):
             "Age of the oldest queued task, by agent and pool.",
             labels=["agent", "pool"],
         )
+        # The pool is the cluster's ``pool`` label (runner pools, SPEC §7.4), else "default".
         queued = (
             Task.objects.filter(state=TaskState.QUEUED)
-            .values_list("agent_id")
+            .annotate(
+                pool=Coalesce(
+                    KeyTextTransform("pool", "cluster__labels"),
+                    Value("default"),
+                    output_field=TextField(),
+                )
+            )
+            .values_list("agent_id", "pool")
             .annotate(n=Count("pk"), first=Min("created_at"))
             .order_by()
         )
-        for agent, n, first in queued:
-            depth.add_metric([agent, "default"], float(n))
-            oldest.add_metric([agent, "default"], max(0.0, (now - int(first)) / 1000))
+        for agent, pool, n, first in queued:
+            depth.add_metric([agent, pool], float(n))
+            oldest.add_metric([agent, pool], max(0.0, (now - int(first)) / 1000))
         yield depth
         yield oldest
 
@@ -167,19 +256,25 @@ class LedgerCollector(Collector):
         lagging = pipeline_lagging(limit=LAG_CLUSTERS_READ)
         total = GaugeMetricFamily(
             "zeroshot_pipeline_lag_messages",
-            "Messages of live clusters not yet offered to the pipeline's stages (dispatch).",
+            "Messages not yet offered to the pipeline's stages (dispatch), over every cluster.",
         )
         total.add_metric([], float(sum(c.messages for c in lagging)))
         yield total
         count = GaugeMetricFamily(
-            "zeroshot_pipeline_lagging_clusters", "Live clusters whose pipeline cursor lags."
+            "zeroshot_pipeline_lagging_clusters", "Clusters whose pipeline cursor lags."
         )
         count.add_metric([], float(len(lagging)))
         yield count
+        age = GaugeMetricFamily(
+            "zeroshot_pipeline_oldest_undispatched_age_seconds",
+            "How long the oldest message not yet offered to the pipeline has waited.",
+        )
+        age.add_metric([], max((c.oldest_age_ms for c in lagging), default=0) / 1000)
+        yield age
         if settings.OPERATIONS_METRICS_CLUSTER_LABELS:
             per_cluster = GaugeMetricFamily(
                 "zeroshot_pipeline_lag_messages_by_cluster",
-                "Messages not yet offered to the pipeline, per lagging live cluster.",
+                "Messages not yet offered to the pipeline, per lagging cluster.",
                 labels=["cluster"],
             )
             for lag in lagging:
@@ -189,11 +284,12 @@ class LedgerCollector(Collector):
 
 def metrics_exposition() -> bytes:
     """One scrape: this process's (or every process's) measured families and the ledger's."""
+    sandbox_pool_read()
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        for metric in (MESSAGES_PUBLISHED, PUBLISH_SECONDS, WEBSOCKETS):
+        for metric in PROCESS_FAMILIES:
             registry.register(metric)
     registry.register(LedgerCollector())
     return generate_latest(registry)

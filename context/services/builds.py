@@ -8,6 +8,7 @@ pure core in this package.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +33,7 @@ from context.selection import (
 from context.selectors import PreviousBuild, build_previous
 from context.services.recording import build_insert
 from context.services.triggers import as_of_filter, trigger_choose, trigger_matches
+from context.signals import build_done
 from context.strategy import ContextStrategy, strategy_parse
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -186,6 +188,7 @@ def context_build(
     a past point is always a preview: it replays what the agent saw then. ``record_with`` adds
     writes of the caller's to the transaction that records the build (a task's claim).
     """
+    started_ns = time.time_ns()
     _check_numbers(
         max_tokens=max_tokens,
         iteration=iteration,
@@ -233,10 +236,11 @@ def context_build(
     )
     if settings.CONTEXT_METRICS_STDOUT:
         metrics_logger.info(metrics_line(outcome.metrics))
-    if plan.preview:
-        return outcome
-    build_id, started_at = _record(plan, outcome, record_with=record_with)
-    return replace(outcome, recorded=True, build_id=build_id, started_at=started_at)
+    if not plan.preview:
+        build_id, started_at = _record(plan, outcome, record_with=record_with)
+        outcome = replace(outcome, recorded=True, build_id=build_id, started_at=started_at)
+    build_done.send(None, outcome=outcome, started_ns=started_ns, ended_ns=time.time_ns())
+    return outcome
 
 
 def _check_numbers(

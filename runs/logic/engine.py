@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -87,6 +88,7 @@ def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
             return LogicError(
                 "timeout", f"no sandbox process was free within {POOL_WAIT_S:g} s; try again"
             )
+        started = time.perf_counter()
         try:
             reply = worker.run(job)
         except _WorkerGone:
@@ -94,8 +96,38 @@ def script_run(job: ScriptJob) -> dict[str, JSON] | LogicError:
             _POOL.release(worker, keep=False)
             continue
         _POOL.release(worker, keep=not (isinstance(reply, LogicError) or reply.get("recycle")))
+        _observe(time.perf_counter() - started)
         return _outcome(reply, job.time_limit)
     return LogicError("crash", "the sandbox process died before it could take the script")
+
+
+# Called with each evaluation's seconds in its sandbox process (the operator's metrics).
+_OBSERVERS: Final[list[Callable[[float], None]]] = []
+
+
+def sandbox_observe(observer: Callable[[float], None]) -> None:
+    """Call ``observer`` with the seconds of every evaluation from now on (quick, never raising)."""
+    if observer not in _OBSERVERS:
+        _OBSERVERS.append(observer)
+
+
+def _observe(seconds: float) -> None:
+    for observer in _OBSERVERS:
+        observer(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """The sandbox pool of this process: its bound, the processes alive and those busy."""
+
+    size: int
+    processes: int
+    busy: int
+
+
+def sandbox_pool_stats() -> PoolStats:
+    """The pool of this process, now."""
+    return _POOL.stats()
 
 
 def sandbox_pool_configure(*, size: int) -> None:
@@ -292,6 +324,12 @@ class _Pool:
         with self._changed:
             self._busy -= 1
             self._changed.notify()
+
+    def stats(self) -> PoolStats:
+        with self._changed:
+            return PoolStats(
+                size=self._size, processes=len(self._idle) + self._busy, busy=self._busy
+            )
 
     def close(self) -> None:
         """End every idle worker (at exit; busy ones end when their caller is done)."""

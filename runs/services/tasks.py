@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -41,7 +42,7 @@ from ledger.interfaces import (
     MessageRecord,
     ServiceError,
 )
-from runs import lifecycle
+from runs import lifecycle, observe
 from runs.hooks import completion_drafts
 from runs.models import Runner, Task, TaskState
 from runs.records import TaskRecord
@@ -107,6 +108,7 @@ def task_claim(
     (an agent config the engine refuses, a number its tables cannot hold) fails at once, with
     ``AGENT_ERROR``, and the next one is tried: one bad config never wedges the queue.
     """
+    started_ns = time.time_ns()  # observe: the claim's span
     lease = _lease_seconds(lease_seconds)
     tasks_expire(now=ledger.now_ms())
     wanted = _Wanted(
@@ -141,9 +143,11 @@ def task_claim(
         if outcome is None:
             continue  # the lease moved on while the build was made
         started = replace(task, build_id=outcome.build_id)
-        return Claim(
+        claim = Claim(
             task=started, prompt=outcome.context, metrics=outcome.metrics, agent=agent_wire(agent)
         )
+        observe.task_claimed.send(None, claim=claim, started_ns=started_ns, ended_ns=time.time_ns())
+        return claim
     return None
 
 
@@ -392,6 +396,7 @@ def task_complete(
     A result the agent's config refuses (not a JSON object, a strict schema) fails the task as
     retryable instead, and says so with ``InvalidInput``.
     """
+    started_ns = time.time_ns()  # observe: the completion's span
     body = {"lease_id": lease_id, "result": result, "output": output, "usage": usage}
     body_hash = hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
@@ -407,9 +412,11 @@ def task_complete(
     cluster = ledger.cluster_get(cluster_id=cluster_id)
     agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
     _release_pooled_connection()
+    hook_ns = time.time_ns()  # observe: the hook's span
     outcome = completion_drafts(
         task=record, agent=agent, cluster=cluster, result=result, output=output
     )
+    hook_span = (hook_ns, time.time_ns())  # observe
     if outcome.rejected is not None:
         failed = task_fail(
             task_id=task_id, lease_id=lease_id, error=outcome.rejected, retryable=True
@@ -445,7 +452,11 @@ def task_complete(
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
         transaction.on_commit(tasks_changed.notify)
-    return Completion(task=task_record(task), messages=tuple(messages))
+    done = Completion(task=task_record(task), messages=tuple(messages))
+    observe.task_completed.send(
+        None, completion=done, started_ns=started_ns, ended_ns=time.time_ns(), hook_ns=hook_span
+    )
+    return done
 
 
 def _release_pooled_connection() -> None:

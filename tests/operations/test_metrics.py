@@ -18,8 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from context.services.templates import cluster_create_from_template, templates_load_builtin
 from ledger.interfaces import message_query, now_ms
+from context.models import ContextBuild
 from ledger.models import Cluster
 from operations.metrics import WEBSOCKETS, WebsocketCounter, topic_family
+from runs.logic import engine
 from runs.models import Runner, Task
 from tests.conftest import ApiClient, subprocess_database_url
 from tests.live_server import REPO
@@ -78,6 +80,8 @@ def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) ->
     # given a running worker-validator cluster: the worker's task done, the validator's claimed
     templates_load_builtin()
     cluster_id = cluster_create_from_template(template_name="worker-validator", params={}).id
+    evaluations: list[float] = []
+    engine.sandbox_observe(evaluations.append)
     before = samples()
     response = api.post(f"/api/v1/clusters/{cluster_id}/start", {"issue": {"text": "Add it"}})
     assert response.status_code == 200, response.content
@@ -121,6 +125,31 @@ def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) ->
     assert after[count] - before.get(count, 0.0) == 1
     assert ("zeroshot_websocket_connections", ()) in after
     assert not [k for k in after if ("cluster", cluster_id) in k[1]]  # no cluster id label
+    # the context builds: one per claim, their latency counted, their estimated tokens summed
+    builds = list(ContextBuild.objects.values_list("final_tokens", flat=True))
+    assert len(builds) == 2
+
+    def moved(name: str, *labels: tuple[str, str]) -> float:
+        return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+
+    recorded = ("kind", "recorded")
+    assert moved("zeroshot_context_build_seconds_count", recorded) == 2
+    assert moved("zeroshot_context_build_seconds_sum", recorded) > 0
+    assert moved("zeroshot_context_build_tokens_count", recorded) == 2
+    assert moved("zeroshot_context_build_tokens_sum", recorded) == sum(builds)
+    # the tokens the model billed: the worker's completion reported 1200 in, 300 out
+    billed = Task.objects.get(state="completed").usage
+    assert moved("zeroshot_model_tokens_total", ("direction", "input")) == billed["inputTokens"]
+    assert moved("zeroshot_model_tokens_total", ("direction", "output")) == billed["outputTokens"]
+    # the sandbox: each evaluation of the cluster's logic scripts, and the pool as it is
+    assert evaluations, "the template's logic scripts ran in the sandbox"
+    assert moved("zeroshot_sandbox_evaluation_seconds_count") == len(evaluations)
+    assert moved("zeroshot_sandbox_evaluation_seconds_sum") == pytest.approx(sum(evaluations))
+    pool = engine.sandbox_pool_stats()
+    assert after[("zeroshot_sandbox_pool", (("kind", "size"),))] == pool.size
+    assert after[("zeroshot_sandbox_pool", (("kind", "processes"),))] == pool.processes >= 1
+    assert after[("zeroshot_sandbox_pool", (("kind", "busy"),))] == 0
+    assert after[("zeroshot_pipeline_oldest_undispatched_age_seconds", ())] == 0
 
     # when the validator's lease runs out after retries, a task waits, and the pipeline lags
     Task.objects.filter(state="claimed").update(lease_expires_at=1, attempts=3)
@@ -135,19 +164,27 @@ def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) ->
         created_at=1_000,
         available_at=1_000,
     )
-    Cluster.objects.filter(pk=cluster_id).update(pipeline_sequence=cluster.last_sequence - 3)
+    Cluster.objects.filter(pk=cluster_id).update(
+        pipeline_sequence=cluster.last_sequence - 3, labels={"pool": "gpu"}
+    )
     with override_settings(OPERATIONS_METRICS_CLUSTER_LABELS=True):
         later = samples()
 
     # then the scrape says so
     assert later[("zeroshot_task_leases_expired", ())] == 1
     assert later[("zeroshot_task_retries_open", ())] == 2
-    queue = (("agent", "worker"), ("pool", "default"))
+    queue = (("agent", "worker"), ("pool", "gpu"))  # the cluster's pool label
     assert later[("zeroshot_queue_depth", queue)] == 1
     assert later[("zeroshot_queue_oldest_age_seconds", queue)] > 1_700_000_000
     assert later[("zeroshot_pipeline_lag_messages", ())] == 3
     assert later[("zeroshot_pipeline_lagging_clusters", ())] == 1
     assert later[("zeroshot_pipeline_lag_messages_by_cluster", (("cluster", cluster_id),))] == 3
+    # the oldest message the pipeline has not offered has waited since it was committed
+    first_undispatched = message_query(cluster_id=cluster_id, limit=None)[-3].timestamp
+    age = later[("zeroshot_pipeline_oldest_undispatched_age_seconds", ())]
+    assert (
+        (now_ms() - first_undispatched) / 1000 - 5 < age <= (now_ms() - first_undispatched) / 1000
+    )
 
 
 def test_open_websockets_are_counted_until_they_close() -> None:
