@@ -16,9 +16,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from context.models import ContextBuild
 from context.services.templates import cluster_create_from_template, templates_load_builtin
 from ledger.interfaces import message_query, now_ms
-from context.models import ContextBuild
 from ledger.models import Cluster
 from operations.metrics import WEBSOCKETS, WebsocketCounter, topic_family
 from runs.logic import engine
