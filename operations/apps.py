@@ -9,5 +9,7 @@ class OperationsConfig(AppConfig):
 
     def ready(self) -> None:
         from operations.metrics import subscribe
+        from operations.tracing import tracing_configure
 
         subscribe()
+        tracing_configure()

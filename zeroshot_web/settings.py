@@ -348,5 +348,16 @@ OPERATIONS_RETENTION_EXPORT_DIR = os.environ.get("ZEROSHOT_RETENTION_EXPORT_DIR"
 OPERATIONS_METRICS_TOKEN = os.environ.get("ZEROSHOT_METRICS_TOKEN", "").strip()
 # Whether a family may carry a cluster id label (the pipeline's lag per cluster).
 OPERATIONS_METRICS_CLUSTER_LABELS = env_bool("ZEROSHOT_METRICS_CLUSTER_LABELS")
+# OpenTelemetry: a trace per task (operations/tracing.py), exported over OTLP/HTTP when on. The
+# endpoint is the collector's traces URL (Langfuse, Phoenix, an OpenTelemetry Collector…). The
+# prompt is exported only when ZEROSHOT_OTEL_PROMPTS asks for it; results and contents never are.
+OPERATIONS_OTEL_ENABLED = env_bool("ZEROSHOT_OTEL")
+OPERATIONS_OTEL_ENDPOINT = (
+    os.environ.get("ZEROSHOT_OTEL_ENDPOINT", "").strip() or "http://127.0.0.1:4318/v1/traces"
+)
+OPERATIONS_OTEL_PROMPTS = env_bool("ZEROSHOT_OTEL_PROMPTS")
+OPERATIONS_OTEL_SERVICE_NAME = os.environ.get("ZEROSHOT_OTEL_SERVICE_NAME", "").strip() or (
+    "zeroshot-web"
+)
 # Probes and scrapers speak plain HTTP inside the deployment, even when browsers are sent to HTTPS.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
