@@ -240,7 +240,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+# collectstatic's target; the container image collects into its own folder at build time, away
+# from the data volume (Dockerfile).
+STATIC_ROOT = Path(os.environ.get("ZEROSHOT_STATIC_ROOT", "").strip() or DATA_DIR / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
