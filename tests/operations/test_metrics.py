@@ -255,3 +255,31 @@ def test_runners_seen_counts_the_registry_s_recent_runners_not_task_holders() ->
     Runner.objects.create(name="gone", first_seen_at=now - 3_600_000, last_seen_at=now - 3_600_000)
     # then only the recent one counts
     assert samples()[("zeroshot_runners_seen", ())] == 1
+
+
+@override_settings(OPERATIONS_METRICS_TOKEN=TOKEN, OPERATIONS_METRICS_CLUSTER_LABELS=True)
+def test_a_scrape_reads_a_fixed_number_of_queries_however_many_clusters_and_tasks(
+    django_assert_num_queries: Any,
+) -> None:
+    # given clusters with queued tasks in two pools, all lagging behind
+    for n, pool in enumerate(("gpu", "cpu", "gpu")):
+        cluster = Cluster.objects.create(
+            id=f"c{n}", created_at=1, state="running", labels={"pool": pool}
+        )
+        Task.objects.create(
+            id=f"task_{n:032d}",
+            cluster=cluster,
+            agent_id="worker",
+            iteration=1,
+            trigger_message_id=f"m{n}",
+            trigger_topic="T",
+            trigger_sequence=1,
+            created_at=1_000,
+            available_at=1_000,
+        )
+    # then one query per family read from the database: messages, tasks, queues, leases,
+    # retries, runners, lag
+    with django_assert_num_queries(7):
+        found = samples()
+    assert found[("zeroshot_queue_depth", (("agent", "worker"), ("pool", "gpu")))] == 2
+    assert found[("zeroshot_queue_depth", (("agent", "worker"), ("pool", "cpu")))] == 1
