@@ -5,11 +5,12 @@ its agent, another server may complete it. So its spans are written by whichever
 each step, with ids derived from the task's id: the trace id from the task, each span id from
 the task, the step and the attempt. The pieces meet in the collector as one tree::
 
-    task <agent>                       created → completed (its root, written at completion)
+    task <agent>                       created → completed or failed for good (its root, last)
     ├── claim                          the claim request (per attempt)
     │   └── context build              pack decisions as events; estimated tokens, model
-    ├── invoke_agent <agent>           claim → completion request: the agent's run, the GenAI
-    │                                  attributes (model, billed input/output tokens, estimate)
+    ├── invoke_agent <agent>           claim → completion (or fail) request, per attempt: the
+    │                                  agent's run, the GenAI attributes (model, billed
+    │                                  input/output tokens, estimate); an error when it failed
     └── completion                     the completion request
         ├── hook                       the agent's hook and its scripts
         └── publish                    one event per message published (topic, id, sequence)
@@ -72,13 +73,14 @@ def tracing_use(processor: SpanProcessor | None) -> None:
     """Send the spans to ``processor`` from now on (None: stop tracing); connects the receivers."""
     global _processor, _resource
     from context.signals import build_done
-    from runs.observe import task_claimed, task_completed
+    from runs.observe import task_claimed, task_completed, task_failed
 
     _processor = processor
     _resource = Resource.create({"service.name": settings.OPERATIONS_OTEL_SERVICE_NAME})
     build_done.connect(_on_build, dispatch_uid="operations.tracing.build")
     task_claimed.connect(_on_claim, dispatch_uid="operations.tracing.claim")
     task_completed.connect(_on_completion, dispatch_uid="operations.tracing.completion")
+    task_failed.connect(_on_failure, dispatch_uid="operations.tracing.failure")
 
 
 def trace_id_of(task_id: str) -> int:
@@ -128,6 +130,15 @@ def _on_completion(
         _completion_spans(completion, started_ns, ended_ns, hook_ns)
     except Exception:  # a trace is never worth a failed completion
         logger.exception("the completion's spans of task %s were not exported", completion.task.id)
+
+
+def _on_failure(*, task: Any, ended_ns: int, **_: Any) -> None:
+    if _processor is None:
+        return
+    try:
+        _failure_spans(task, ended_ns)
+    except Exception:  # a trace is never worth a failed fail call
+        logger.exception("the failure's spans of task %s were not exported", task.id)
 
 
 # --- the spans -----------------------------------------------------------------------------------
@@ -312,6 +323,52 @@ def _completion_spans(
         ),
         status=Status(StatusCode.OK),
     )
+
+
+def _failure_spans(task: Any, ended_ns: int) -> None:
+    """A runner's fail call: the attempt's run ends in an error; a task that failed for good
+    ends its trace too. The error's text is the agent's and stays out (its length goes)."""
+    attempt = int(task.attempts)
+    common = _task_attributes(task)
+    root = span_id_of(task.id, "task")
+    error = Status(StatusCode.ERROR, "the agent's run failed")
+    if task.claimed_at is not None:
+        _emit(
+            task.id,
+            f"invoke_agent {task.agent_id}",
+            span_id_of(task.id, "agent", attempt),
+            parent=root,
+            start=task.claimed_at * 1_000_000,
+            end=ended_ns,
+            attributes={
+                **common,
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": task.agent_id,
+                "zeroshot.task.attempt": attempt,
+                "zeroshot.task.state": task.state,
+                "zeroshot.error.chars": len(task.error or ""),
+                "zeroshot.runner": task.worker,
+            },
+            kind=SpanKind.CLIENT,
+            status=error,
+        )
+    if task.state == "failed":
+        _emit(
+            task.id,
+            f"task {task.agent_id}",
+            root,
+            parent=None,
+            start=task.created_at * 1_000_000,
+            end=ended_ns,
+            attributes={
+                **common,
+                "zeroshot.task.state": task.state,
+                "zeroshot.task.attempts": attempt,
+                "zeroshot.task.iteration": task.iteration,
+                "zeroshot.trigger.topic": str(task.trigger_topic),
+            },
+            status=error,
+        )
 
 
 def _task_attributes(task: Any) -> dict[str, Any]:

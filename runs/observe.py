@@ -7,6 +7,8 @@ own errors); with no receiver a send costs next to nothing.
 - ``task_claimed``: ``claim`` (a ``Claim``), ``started_ns``, ``ended_ns``.
 - ``task_completed``: ``completion`` (a ``Completion``), ``started_ns``, ``ended_ns`` and
   ``hook_ns`` (the hook's start and end, or ``None`` when an earlier call had completed it).
+- ``task_failed``: ``task`` (the ``TaskRecord`` after a runner's fail call: queued again for a
+  retry, or failed for good) and ``ended_ns``.
 """
 
 from __future__ import annotations
@@ -15,3 +17,4 @@ from django.dispatch import Signal
 
 task_claimed = Signal()
 task_completed = Signal()
+task_failed = Signal()

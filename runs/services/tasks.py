@@ -521,7 +521,9 @@ def task_fail(
         _runner_count(task.worker, "failed")
         writer.append([draft], now=ledger.now_ms())
         transaction.on_commit(tasks_changed.notify)
-    return task_record(task)
+    failed = task_record(task)
+    observe.task_failed.send(None, task=failed, ended_ns=time.time_ns())
+    return failed
 
 
 # --- the runners the claims name ---------------------------------------------------------------

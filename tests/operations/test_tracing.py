@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from context.models import ContextBuild
 from context.services.templates import cluster_create_from_template, templates_load_builtin
@@ -260,3 +261,51 @@ def test_tracing_is_off_by_default(api: ApiClient) -> None:
     tracing.tracing_configure()  # as the app does at start, with the default settings
     assert tracing._processor is None
     run_cluster(api)  # and a cluster runs with nothing listening
+
+
+@override_settings(RUNS_RETRY_BASE_SECONDS=0)
+def test_a_failed_attempt_is_an_error_span_and_a_task_failed_for_good_ends_its_trace(
+    api: ApiClient,
+) -> None:
+    # given traces going to the in-memory exporter, and a started cluster
+    exporter = InMemorySpanExporter()
+    tracing.tracing_use(SimpleSpanProcessor(exporter))
+    cluster_id = cluster_create_from_template(template_name="worker-validator", params={}).id
+    started = api.post(f"/api/v1/clusters/{cluster_id}/start", {"issue": {"text": ISSUE}})
+    assert started.status_code == 200, started.content
+
+    def claim() -> dict[str, Any]:
+        response = api.post("/api/v1/tasks/claim", {"wait": 0, "worker": "r1"})
+        assert response.status_code == 200, response.content
+        return dict(response.json()["task"])
+
+    def fail(task: dict[str, Any], retryable: bool) -> None:
+        body = {"lease_id": task["lease_id"], "error": f"{ISSUE}: boom", "retryable": retryable}
+        response = api.post(f"/api/v1/tasks/{task['id']}/fail", body)
+        assert response.status_code == 200, response.content
+
+    # when the worker's first attempt fails and may be retried, and its second fails for good
+    first = claim()
+    fail(first, retryable=True)
+    second = claim()
+    assert second["id"] == first["id"]
+    fail(second, retryable=False)
+
+    # then its trace holds both attempts' claims and runs, each run an error, under a root
+    # that failed
+    trace = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.context.trace_id == tracing.trace_id_of(first["id"])
+    ]
+    runs = [s for s in trace if s.name == "invoke_agent worker"]
+    assert sorted(s.attributes["zeroshot.task.attempt"] for s in runs) == [1, 2]
+    assert {s.status.status_code for s in runs} == {StatusCode.ERROR}
+    assert len([s for s in trace if s.name == "claim"]) == 2
+    (root,) = [s for s in trace if s.name == "task worker"]
+    assert root.status.status_code == StatusCode.ERROR
+    assert root.attributes["zeroshot.task.state"] == "failed"
+    assert {s.parent.span_id for s in runs} == {root.context.span_id}
+    # and the agent's error text is not exported (its length is)
+    assert not [v for s in trace for v in values(s) if isinstance(v, str) and ISSUE in v]
+    assert runs[0].attributes["zeroshot.error.chars"] == len(f"{ISSUE}: boom")
