@@ -12,6 +12,7 @@ from ledger.interfaces import (
     MessageDraft,
     cluster_create,
     message_publish,
+    now_ms,
     pipeline,
     pipeline_lag,
     pipeline_lags,
@@ -64,6 +65,8 @@ def test_lags_list_only_lagging_clusters_the_longest_waiting_first(
     with override_settings(PIPELINE_MODE="off"):
         older = cluster_create(cluster_id="older").id
         [first] = publish(older, 1)
+        while now_ms() <= first:  # the newer cluster's messages come a millisecond later at least
+            pass
         newer = cluster_create(cluster_id="newer").id
         publish(newer, 2)
     with django_assert_num_queries(1):
