@@ -109,7 +109,7 @@ def cluster_guidance(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         except ServiceError as exc:
             guidance["error"] = exc.message
         else:
-            guidance = {"agent": agent or "", "sent": agent or "every agent", "message": message}
+            guidance = {"agent": agent or "", "message": message}
     else:
         guidance["error"] = " ".join(str(e) for errs in form.errors.values() for e in errs)
     if not wants_region(request):
