@@ -83,7 +83,7 @@ def test_guidance_sent_from_the_page_reaches_the_next_prompt(
     (note,) = messages(cluster_id=cid, where=MessageFilter(topic="USER_GUIDANCE_AGENT"))
     assert (note.receiver, note.sender) == ("worker", "user")
     assert guidance_block([note]) in second.prompt
-    packs = [p["id"] for p in second.metrics["packs"] if p["status"] == "included"]  # type: ignore[index, union-attr]
+    packs = [p["id"] for p in second.metrics["packs"] if p["status"] == "included"]
     assert "queuedGuidance" in packs
     task_complete(task_id=second.task.id, lease_id=second.task.lease_id, result={"summary": "ok"})
     go(cid, "And the footer")
