@@ -12,6 +12,7 @@ from context.guidance import guidance_block
 from ledger.interfaces import MessageDraft, MessageFilter, cluster_create, message_publish
 from ledger.interfaces import message_query as messages
 from runs.services import task_claim, task_complete
+from tests.browser.conftest import ARTIFACTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -55,6 +56,10 @@ def test_guidance_sent_from_the_page_reaches_the_next_prompt(
     box.locator("textarea").fill("   ")
     box.get_by_role("button", name="Send").click()
     expect(page.locator("#guidance-form [role=alert]")).to_have_text("the guidance needs a text")
+    expect(page.locator("#guidance-text")).to_be_focused()  # to fix it, or to write the next
+    page.locator("#guidance-form").screenshot(
+        path=str(ARTIFACTS / "guidance-refused.png"), caret="initial"
+    )
 
     # when the operator sends guidance to the worker
     box = page.locator("#guidance-form")
