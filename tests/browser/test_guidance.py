@@ -79,6 +79,7 @@ def test_guidance_sent_from_the_page_reaches_the_next_prompt(
     page.goto(f"/clusters/{cid}/agents/worker/")
     reason = page.locator("td.reason", has_text="full — required: guidance queued for this agent")
     expect(reason).to_be_visible()
+    screenshot(page, "guidance-inspector")
     page.goto(f"/clusters/{cid}/")
 
     # and the worker's next prompt carries it, once
