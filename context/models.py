@@ -27,6 +27,11 @@ class ContextBuild(models.Model):
     # What the model billed for the prompt, as the agent reported it when its task completed
     # ({inputTokens, outputTokens, model?, costUsd?}): the estimate's reality check.
     reported_usage = models.JSONField(null=True, blank=True)
+    # The guidance mailbox (SPEC §7.8): the sequence of the newest guidance message this build's
+    # prompt carried (None: it carried none), and whether it reached its agent for good: a task's
+    # build once the task completed (zeroshot's rule), a build made over the API at once.
+    guidance_through = models.BigIntegerField(null=True, blank=True)
+    guidance_delivered = models.BooleanField(default=False)
 
     class Meta:
         indexes = (

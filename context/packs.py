@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from context.budget import Pack
+from context.guidance import GUIDANCE_PACK
 from context.jsformat import data_is_written, iso_ms, js_json
 from context.strategy import ContextStrategy, SourceSpec
 from ledger.errors import InvalidInput
@@ -247,8 +248,13 @@ def build_packs(
     trigger: MessageRecord,
     validation_results: Sequence[MessageRecord] = (),
     rules_text: str = DEFAULT_RULES,
+    queued_guidance: str = "",
 ) -> list[Pack]:
     """Build the ordered packs of one prompt (SPEC §3.1).
+
+    ``queued_guidance`` is the agent's ``## Guidance (Queued)`` section (SPEC §7.8,
+    ``context.guidance``): a required pack right after the instructions, where zeroshot puts it
+    (``src/agent/agent-context-packs.ts``), left out when empty.
 
     ``source_messages[i]`` holds the full and the compact selection of ``strategy.sources[i]``.
     As in the reference, a fixed pack whose text is empty (no prompt, no skip hints) is left out.
@@ -278,6 +284,7 @@ def build_packs(
 
     add_fixed("header", render_header(agent_id, role, iteration, rules_text))
     add_fixed("instructions", render_instructions(agent.get("prompt"), iteration=iteration))
+    add_fixed(GUIDANCE_PACK, queued_guidance)
     schema = agent.get("jsonSchema")
     if isinstance(schema, Mapping):
         add_fixed("outputSchema", render_output_schema(schema))

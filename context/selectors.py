@@ -122,10 +122,12 @@ def build_latest_by_agent(*, cluster_ids: list[str]) -> dict[tuple[str, str], Bu
 
 @dataclass(frozen=True, slots=True)
 class PreviousBuild:
-    """What the next build of an agent needs of its previous one (SPEC §2.2)."""
+    """What the next build of an agent needs of its previous ones (SPEC §2.2, §7.8)."""
 
     started_at: int
     iteration: int
+    # The guidance mailbox's cursor: the newest guidance sequence a delivered build carried.
+    guidance_delivered_through: int | None = None
 
 
 @cache
@@ -140,22 +142,31 @@ def _previous_sql(vendor: str, *, until: bool) -> str:
     agent = f"{columns['cluster']} = %s AND {columns['agent_id']} = %s"
     bound = f" AND {columns['started_at']} <= %s" if until else ""
     newest = f"SELECT MAX({columns['started_at']}) FROM {table} WHERE {agent}{bound}"
+    delivered = (
+        f"SELECT MAX({columns['guidance_through']}) FROM {table} "
+        f"WHERE {agent}{bound} AND {columns['guidance_delivered']} = %s"
+    )
     return (
-        f"SELECT {columns['started_at']}, {columns['iteration']} FROM {table} "
+        f"SELECT {columns['started_at']}, {columns['iteration']}, ({delivered}) FROM {table} "
         f"WHERE {agent} AND {columns['started_at']} = ({newest}) "
         f"ORDER BY {columns['id']} DESC LIMIT 1"
     )
 
 
 def build_previous(*, cluster_id: str, agent_id: str, until: int | None) -> PreviousBuild | None:
-    """The agent's newest recorded build that started by ``until`` (any, without one).
+    """The agent's newest recorded build that started by ``until`` (any, without one), with
+    the newest guidance sequence its delivered builds carried (the mailbox's cursor).
 
     A prebuilt statement, as the ledger's reads on a build's path are (``ledger.statements``).
     """
-    params: list[Any] = [cluster_id, agent_id, cluster_id, agent_id]
-    if until is not None:
-        params.append(until)
+    bound: list[Any] = [until] if until is not None else []
+    params: list[Any] = [
+        *(cluster_id, agent_id, *bound, True),
+        *(cluster_id, agent_id, cluster_id, agent_id, *bound),
+    ]
     with connection.cursor() as cursor:
         cursor.execute(_previous_sql(connection.vendor, until=until is not None), params)
         row = cursor.fetchone()
-    return PreviousBuild(started_at=row[0], iteration=row[1]) if row is not None else None
+    if row is None:
+        return None
+    return PreviousBuild(started_at=row[0], iteration=row[1], guidance_delivered_through=row[2])

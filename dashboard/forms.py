@@ -23,6 +23,7 @@ from ledger.interfaces import (
     timestamp_problem,
 )
 from runs.models import TaskState
+from runs.services import GUIDANCE_TEXT_MAX
 
 MAX_TOKENS_CEILING = 10_000_000
 
@@ -159,6 +160,13 @@ class IssueForm(forms.Form):
     text = forms.CharField(
         max_length=100_000, label="Issue", widget=forms.Textarea(attrs={"rows": 4})
     )
+
+
+class GuidanceForm(forms.Form):
+    """Guidance to one agent of a running cluster, or to all (SPEC §7.8)."""
+
+    text = forms.CharField(max_length=GUIDANCE_TEXT_MAX, label="Guidance", strip=False)
+    agent = forms.CharField(required=False, max_length=128, label="To")
 
 
 DEMO_LABELS = "pool=demo"

@@ -37,6 +37,7 @@ urlpatterns = [
     path("clusters/<str:cluster_id>/agents-panel/", runs.agents_panel, name="agents-panel"),
     path("clusters/<str:cluster_id>/start/", runs.cluster_start, name="cluster-start"),
     path("clusters/<str:cluster_id>/stop/", runs.cluster_stop, name="cluster-stop"),
+    path("clusters/<str:cluster_id>/guidance/", runs.cluster_guidance, name="cluster-guidance"),
     path("clusters/<str:cluster_id>/builds/<int:build_id>/", runs.build_page, name="build"),
     path("templates/preview/", templates.template_preview, name="template-preview"),
 ]

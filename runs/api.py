@@ -184,6 +184,23 @@ class StartIn(Schema):
     issue: IssueIn
 
 
+class GuidanceIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(
+        min_length=1,
+        max_length=services.GUIDANCE_TEXT_MAX,
+        description="what the agents are to take into account; not only whitespace",
+    )
+    agent: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="one agent of the cluster (`USER_GUIDANCE_AGENT`); none: every agent "
+        "(`USER_GUIDANCE_CLUSTER`)",
+    )
+
+
 @router.post(
     "/tasks/claim",
     response={200: ClaimOut, 204: None, **ERRORS},
@@ -351,6 +368,24 @@ def clusters_start(request: HttpRequest, cluster_id: str, payload: StartIn) -> C
 def clusters_stop(request: HttpRequest, cluster_id: str) -> ClusterRecord:
     require_cluster(request, cluster_id)
     return services.cluster_stop(cluster_id=cluster_id)
+
+
+@router.post(
+    "/clusters/{cluster_id}/guidance",
+    response={201: MessageOut, **ERRORS},
+    summary="Send guidance to a running cluster's agents",
+    description=(
+        "Publishes `USER_GUIDANCE_AGENT` (to `agent`) or `USER_GUIDANCE_CLUSTER` (to all), "
+        "sender `user`. Each addressed agent's next prompt carries it once, in zeroshot's "
+        "`## Guidance (Queued)` section (SPEC §7.8). 409 when the cluster is not running, "
+        "422 for an agent the cluster does not have."
+    ),
+    exclude_unset=True,
+)
+def clusters_guidance(request: HttpRequest, cluster_id: str, payload: GuidanceIn) -> Status[Any]:
+    require_cluster(request, cluster_id)
+    record = services.guidance_send(cluster_id=cluster_id, text=payload.text, agent=payload.agent)
+    return Status(201, record.to_wire())
 
 
 class RunnerOut(Schema):

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from context.agents import AgentConfigError, AgentSpec, agent_parse
 from context.budget import BudgetResult, Pack, budget_select
+from context.guidance import GUIDANCE_PER_BUILD, guidance_block
 from context.metrics import build_metrics, metrics_line
 from context.models import ContextBuild
 from context.packs import DEFAULT_RULES, build_packs
@@ -45,6 +46,7 @@ from ledger.interfaces import (
     MessageFilter,
     MessageRecord,
     NotFound,
+    Topic,
     integer_check,
     text_check,
     timestamp_check,
@@ -165,6 +167,8 @@ class _Plan:
     trigger: MessageRecord
     anchors: SinceAnchors
     iteration: int
+    # The guidance this build carries (SPEC §7.8), oldest first.
+    guidance: tuple[MessageRecord, ...] = ()
 
 
 def context_build(
@@ -181,12 +185,18 @@ def context_build(
     as_of_timestamp: int | None = None,
     preview: bool = False,
     record_with: RecordHook | None = None,
+    guidance_on_completion: bool = False,
 ) -> BuildOutcome:
     """Assemble an agent's prompt from the ledger (SPEC §2-3); record it unless a preview.
 
     The parameters are the body of ``POST /clusters/{id}/context`` (SPEC §6.1). A build as of
     a past point is always a preview: it replays what the agent saw then. ``record_with`` adds
     writes of the caller's to the transaction that records the build (a task's claim).
+
+    The prompt carries the agent's queued guidance (SPEC §7.8). A recorded build delivers it
+    at once, unless ``guidance_on_completion``: a task's build delivers it when the task
+    completes (``build_guidance_delivered``), so a prompt that never reached its agent, or whose
+    task failed, leaves it queued for the next one.
     """
     started_ns = time.time_ns()
     _check_numbers(
@@ -225,6 +235,12 @@ def context_build(
             cluster=cluster, agent_id=agent_id, strategy=parsed, as_of=as_of, previous=previous
         ),
         iteration=iteration or ((previous.iteration + 1) if previous is not None else 1),
+        guidance=_queued_guidance(
+            cluster_id=cluster_id,
+            agent_id=agent_id,
+            as_of=as_of,
+            after=previous.guidance_delivered_through if previous is not None else None,
+        ),
     )
     outcome = _assemble(plan, selections=_select_sources(plan))
     outcome = replace(
@@ -237,10 +253,28 @@ def context_build(
     if settings.CONTEXT_METRICS_STDOUT:
         metrics_logger.info(metrics_line(outcome.metrics))
     if not plan.preview:
-        build_id, started_at = _record(plan, outcome, record_with=record_with)
+        build_id, started_at = _record(
+            plan, outcome, record_with=record_with, guidance_delivered=not guidance_on_completion
+        )
         outcome = replace(outcome, recorded=True, build_id=build_id, started_at=started_at)
     build_done.send(None, outcome=outcome, started_ns=started_ns, ended_ns=time.time_ns())
     return outcome
+
+
+def _queued_guidance(
+    *, cluster_id: str, agent_id: str, as_of: MessageFilter, after: int | None
+) -> tuple[MessageRecord, ...]:
+    """The agent's mailbox after its cursor (zeroshot's ``queryGuidanceMailbox``): every
+    ``USER_GUIDANCE_CLUSTER`` and the ``USER_GUIDANCE_AGENT`` addressed to it, the oldest
+    ``GUIDANCE_PER_BUILD`` in sequence order; two index seeks."""
+    found: list[MessageRecord] = []
+    for topic, receiver in (
+        (Topic.USER_GUIDANCE_CLUSTER, None),
+        (Topic.USER_GUIDANCE_AGENT, agent_id),
+    ):
+        where = replace(as_of, topic=str(topic), receiver=receiver, after=after)
+        found += ledger.message_select(cluster_id=cluster_id, where=where, limit=GUIDANCE_PER_BUILD)
+    return tuple(sorted(found, key=lambda m: m.sequence)[:GUIDANCE_PER_BUILD])
 
 
 def _check_numbers(
@@ -349,6 +383,7 @@ def _assemble(
         trigger=plan.trigger,
         validation_results=validation_results,
         rules_text=_rules_text(agent=plan.agent, cluster=plan.cluster),
+        queued_guidance=guidance_block(plan.guidance),
     )
     result = budget_select(packs, max_tokens=plan.max_tokens, max_chars=settings.CONTEXT_MAX_CHARS)
     metrics = build_metrics(
@@ -386,7 +421,11 @@ def included_pack_texts(result: BudgetResult) -> list[list[str]]:
 
 
 def _record(
-    plan: _Plan, outcome: BuildOutcome, *, record_with: RecordHook | None
+    plan: _Plan,
+    outcome: BuildOutcome,
+    *,
+    record_with: RecordHook | None,
+    guidance_delivered: bool,
 ) -> tuple[int, int]:
     """Store the build and move the cluster's clock past its start, in the ledger's write
     transaction; with metrics-to-ledger on, its CONTEXT_METRICS message commits with it.
@@ -407,6 +446,8 @@ def _record(
             final_tokens=outcome.result.budget.final_tokens,
             metrics=outcome.metrics,
             pack_texts=included_pack_texts(outcome.result),
+            guidance_through=plan.guidance[-1].sequence if plan.guidance else None,
+            guidance_delivered=guidance_delivered and bool(plan.guidance),
         )
         writer.clock_advance(started_at)
         if settings.CONTEXT_METRICS_LEDGER:
@@ -428,3 +469,12 @@ def build_usage_record(*, build_id: int, usage: Mapping[str, Any]) -> None:
     Called inside the transaction that completes the build's task.
     """
     ContextBuild.objects.filter(pk=build_id).update(reported_usage=dict(usage))
+
+
+def build_guidance_delivered(*, build_id: int) -> None:
+    """The guidance a task's build carried has reached its agent: the task completed (zeroshot
+    moves its cursor once the task's hook succeeded, ``agent-lifecycle.js``). Called inside the
+    transaction that completes the task; one UPDATE, touching nothing when it carried none."""
+    ContextBuild.objects.filter(pk=build_id, guidance_through__isnull=False).update(
+        guidance_delivered=True
+    )

@@ -28,6 +28,8 @@ _COLUMNS = (
     "final_tokens",
     "metrics",
     "pack_texts",
+    "guidance_through",
+    "guidance_delivered",
 )
 
 
@@ -63,6 +65,8 @@ def build_insert(
     final_tokens: int,
     metrics: dict[str, Any],
     pack_texts: list[list[str]],
+    guidance_through: int | None = None,
+    guidance_delivered: bool = False,
 ) -> int:
     """Store a recorded build (inside the caller's transaction) and return its id."""
     sql, defaults = _insert(connection.vendor)
@@ -79,6 +83,8 @@ def build_insert(
         final_tokens,
         adapt_json(metrics, None),
         adapt_json(pack_texts, None),
+        guidance_through,
+        guidance_delivered,
         *defaults,
     )
     with connection.cursor() as cursor:

@@ -31,7 +31,13 @@ REQUIRED_TOPICS: Final = frozenset({Topic.STATE_SNAPSHOT, Topic.ISSUE_OPENED, To
 HIGH_TOPICS: Final = frozenset({Topic.VALIDATION_RESULT, Topic.IMPLEMENTATION_READY})
 # Published by the system or by the operator rather than by an agent of the config.
 UNPUBLISHED_OK_TOPICS: Final = frozenset(
-    {Topic.ISSUE_OPENED, Topic.CLUSTER_RESUMED, Topic.STATE_SNAPSHOT}
+    {
+        Topic.ISSUE_OPENED,
+        Topic.CLUSTER_RESUMED,
+        Topic.STATE_SNAPSHOT,
+        Topic.USER_GUIDANCE_AGENT,
+        Topic.USER_GUIDANCE_CLUSTER,
+    }
 )
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)

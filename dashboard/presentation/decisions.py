@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from context.budget import PackDecision, Visit, budget_replay
+from context.guidance import GUIDANCE_PACK
 from dashboard.presentation.labels import PRIORITY_LABELS, tokens_text
 
 
@@ -154,6 +155,14 @@ def reason_sentence(
         if row.required:
             return f"compact — required; {full} did not fit in {left_text}, compact used"
         return f"compact — {full} did not fit in {left_text}; compact used"
+    if row.section == GUIDANCE_PACK:
+        # SPEC §7.8: the operator's queued guidance, carried by one prompt of the agent's only.
+        over = (
+            f"; kept past the budget: +{row.tokens - left:,} over"
+            if left is not None and row.tokens > left
+            else ""
+        )
+        return f"full — required: guidance queued for this agent, given once{over}"
     if left is None:
         return "full — no token budget"
     if row.required:

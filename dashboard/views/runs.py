@@ -18,7 +18,7 @@ from django.views.decorators.vary import vary_on_headers
 from context import selectors as builds
 from context.services.templates import template_list
 from dashboard.activity import AGENTS_REFRESH_MS, agents_context
-from dashboard.forms import IssueForm, LaunchForm, TaskListForm
+from dashboard.forms import GuidanceForm, IssueForm, LaunchForm, TaskListForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region, wants_region
 from dashboard.presentation import bar_geometry, decision_rows, time_text
 from dashboard.templatetags.dashboard_ui import inspector_url
@@ -27,6 +27,7 @@ from ledger.interfaces import ClusterRecord, ClusterState, NotFound, ServiceErro
 from runs import selectors as tasks
 from runs import services as runs
 from runs.models import OPEN_STATES, TaskState
+from runs.services import GUIDANCE_TEXT_MAX
 
 TASK_PAGE = 50
 
@@ -79,6 +80,45 @@ def cluster_stop(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
     except ServiceError as exc:
         error = exc.message
     return _back_to_cluster(cluster.id, error)
+
+
+@require_POST
+@login_required
+def cluster_guidance(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
+    """Send guidance to one agent of a running cluster or to all (SPEC §7.8).
+
+    From htmx, the box comes back in place: emptied with what was sent, or with the text kept
+    and the error under it. Without JavaScript, back to the cluster page.
+    """
+    cluster = _cluster_or_404(cluster_id)
+    form = GuidanceForm(request.POST)
+    guidance: dict[str, object] = {
+        "text": request.POST.get("text", "")[:GUIDANCE_TEXT_MAX],
+        "agent": request.POST.get("agent", ""),
+    }
+    if form.is_valid():
+        agent = form.cleaned_data["agent"] or None
+        try:
+            message = runs.guidance_send(
+                cluster_id=cluster.id,
+                text=form.cleaned_data["text"],
+                agent=agent,
+                source="dashboard",
+                by=request.user.get_username(),
+            )
+        except ServiceError as exc:
+            guidance["error"] = exc.message
+        else:
+            guidance = {"agent": agent or "", "message": message}
+    else:
+        guidance["error"] = " ".join(str(e) for errs in form.errors.values() for e in errs)
+    if not wants_region(request):
+        return _back_to_cluster(cluster.id, str(guidance.get("error", "")))
+    return render(
+        request,
+        "dashboard/_guidance_form.html",
+        {"cluster": cluster, "guidance": guidance},
+    )
 
 
 def _back_to_cluster(cluster_id: str, error: str) -> HttpResponse:

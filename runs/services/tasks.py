@@ -27,6 +27,7 @@ from context.services import (
     BuildOutcome,
     agent_config_get,
     agent_spec_get,
+    build_guidance_delivered,
     build_usage_record,
     context_build,
 )
@@ -294,6 +295,9 @@ def _build(
             iteration=task.iteration,
             triggering_message_id=task.trigger_message_id,
             record_with=started,
+            # Its guidance is delivered when the task completes (SPEC §7.8): a claim whose
+            # answer is lost, a lease that runs out or a failed attempt leaves it queued.
+            guidance_on_completion=True,
         )
     except _LeaseMoved:
         return None
@@ -451,6 +455,8 @@ def task_complete(
         task.save(update_fields=["completion_messages"])
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
+        if task.build_id is not None:
+            build_guidance_delivered(build_id=task.build_id)
         transaction.on_commit(tasks_changed.notify)
     done = Completion(task=task_record(task), messages=tuple(messages))
     observe.task_completed.send(
