@@ -46,6 +46,7 @@ def task_record(task: Task, *, summary: bool = False) -> TaskRecord:
         result_chars=getattr(task, "result_chars", None),
         result_preview=getattr(task, "result_preview", None),
         summary=summary,
+        trigger_sender=task.trigger_sender,
     )
 
 
