@@ -39,9 +39,6 @@ from runs.records import TaskRecord
 # zeroshot runs a failing onComplete hook this many times, then fails the cluster
 # (src/agent/agent-lifecycle.js, executeOnCompleteHookWithRetry: hookMaxRetries = 3).
 HOOK_ATTEMPTS: Final = 3
-# Failures a new attempt may not repeat: a script's limits or its sandbox. Any other failure
-# (a placeholder, a return value of the wrong shape) comes out the same from the same inputs.
-_TRANSIENT: Final = frozenset({"timeout", "memory", "crash"})
 VALIDATOR_ROLE: Final = "validator"
 # Roles whose result must match its schema, else the task fails for good once the runner's
 # output repair is exhausted (src/agent/agent-task-executor.js: terminalStructuredRole).
@@ -70,7 +67,6 @@ class HookFailure:
 
     phase: str
     error: str
-    transient: bool = False
 
 
 def completion_drafts(
@@ -130,8 +126,8 @@ def hook_run(
     error_message: str | None = None,
     attempts: int = HOOK_ATTEMPTS,
 ) -> MessageDraft | tuple[HookFailure, int]:
-    """The hook's message, or its last failure and how many attempts were made. An attempt is
-    made again only after a failure another attempt may not repeat (a script's limits)."""
+    """The hook's message, or its last failure and how many attempts were made (each failure
+    is tried again, as zeroshot does, up to ``attempts``)."""
     made: MessageDraft | HookFailure = HookFailure("hook", "the hook was not run")
     tried = 0
     while tried < attempts:
@@ -139,7 +135,7 @@ def hook_run(
         made = _hook_draft(
             hook, task=task, cluster=cluster, data=data, output=output, error=error_message
         )
-        if isinstance(made, MessageDraft) or not made.transient:
+        if isinstance(made, MessageDraft):
             break
     if isinstance(made, MessageDraft):
         return made
@@ -154,7 +150,7 @@ def start_draft(
     hook = agent.hooks.on_start
     if hook is None:
         return None
-    made = hook_run(hook, task=task, cluster=cluster, data=None)
+    made = hook_run(hook, task=task, cluster=cluster, data=None, attempts=1)
     return made if isinstance(made, MessageDraft) else made[0]
 
 
@@ -180,7 +176,12 @@ def failure_drafts(
         before.append(_rejection(agent, task=task, topic=topic, error=error))
     if agent is not None and agent.hooks.on_error is not None:
         made = hook_run(
-            agent.hooks.on_error, task=task, cluster=cluster, data=None, error_message=error
+            agent.hooks.on_error,
+            task=task,
+            cluster=cluster,
+            data=None,
+            error_message=error,
+            attempts=1,
         )
         if isinstance(made, MessageDraft):
             after.append(made)
@@ -311,9 +312,7 @@ def _hook_draft(
     agent_id = task.agent_id
 
     def failed(phase: str, failure: LogicError | str) -> HookFailure:
-        if isinstance(failure, LogicError):
-            return HookFailure(phase, failure.message, transient=failure.kind in _TRANSIENT)
-        return HookFailure(phase, failure)
+        return HookFailure(phase, failure.message if isinstance(failure, LogicError) else failure)
 
     if hook.action != "publish_message":
         return failed("hook", f"hook action {hook.action!r} is not run by this server")
