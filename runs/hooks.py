@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from django.conf import settings
+from django.db import connection
 
 from context.agents import AgentSpec, Hook
 from ledger import interfaces as ledger
@@ -129,11 +130,12 @@ def hook_run(
     """The hook's message, or its last failure and how many attempts were made (each failure
     is tried again, as zeroshot does, up to ``attempts``)."""
     made: MessageDraft | HookFailure = HookFailure("hook", "the hook was not run")
+    scope = _Scope(task=task, cluster=cluster)
     tried = 0
     while tried < attempts:
         tried += 1
         made = _hook_draft(
-            hook, task=task, cluster=cluster, data=data, output=output, error=error_message
+            hook, scope=scope, cluster=cluster, data=data, output=output, error=error_message
         )
         if isinstance(made, MessageDraft):
             break
@@ -302,13 +304,14 @@ def _parse(
 def _hook_draft(
     hook: Hook,
     *,
-    task: TaskRecord,
+    scope: _Scope,
     cluster: ClusterRecord,
     data: dict[str, JSON] | None,
     output: str,
     error: str | None,
 ) -> MessageDraft | HookFailure:
     """The hook's message, or why there is none."""
+    task = scope.task
     agent_id = task.agent_id
 
     def failed(phase: str, failure: LogicError | str) -> HookFailure:
@@ -316,7 +319,6 @@ def _hook_draft(
 
     if hook.action != "publish_message":
         return failed("hook", f"hook action {hook.action!r} is not run by this server")
-    scope = _Scope(task=task, cluster=cluster)
     if hook.transform is not None:
         missing = transform_missing_fields(hook.transform.source, data)
         if missing:
@@ -423,25 +425,44 @@ def _content(content: JSON) -> dict[str, JSON]:
 
 
 class _Scope:
-    """What a hook script sees, read from the ledger only when a script needs it."""
+    """What a hook script sees, read from the ledger once, and only when a script needs it.
+
+    Once read, the pooled connection is handed back (``release_pooled_connection``): a script
+    may wait seconds for a sandbox, and each of a hook's attempts would otherwise hold it."""
 
     def __init__(self, *, task: TaskRecord, cluster: ClusterRecord) -> None:
         self.task = task
         self.cluster = cluster
         self.info = ClusterInfo.of(id=cluster.id, config=cluster.config)
         self.agent = AgentInfo(id=task.agent_id, role=task.role, iteration=task.iteration)
+        self._trigger: dict[str, JSON] | None = None
+        self._view: LedgerView | None = None
 
     def trigger(self) -> dict[str, JSON]:
-        message = ledger.message_get(
-            cluster_id=self.cluster.id, message_id=self.task.trigger_message_id
-        )
-        return message.to_wire()
+        if self._trigger is None:
+            message = ledger.message_get(
+                cluster_id=self.cluster.id, message_id=self.task.trigger_message_id
+            )
+            self._trigger = message.to_wire()
+        return self._trigger
 
     def view(self) -> LedgerView:
-        messages = ledger.message_window(
-            cluster_id=self.cluster.id,
-            up_to_sequence=self.cluster.last_sequence,
-            limit=VIEW_MAX_MESSAGES,
-            skip_topic=lifecycle.AGENT_OUTPUT,
-        )
-        return LedgerView(m.to_wire() for m in messages)
+        if self._view is None:
+            messages = ledger.message_window(
+                cluster_id=self.cluster.id,
+                up_to_sequence=self.cluster.last_sequence,
+                limit=VIEW_MAX_MESSAGES,
+                skip_topic=lifecycle.AGENT_OUTPUT,
+            )
+            self._view = LedgerView(m.to_wire() for m in messages)
+            release_pooled_connection()
+        return self._view
+
+
+def release_pooled_connection() -> None:
+    """Give a pooled connection back while a hook's scripts run (they may wait seconds for a
+    sandbox): a completion then holds a PostgreSQL connection only while it reads and writes,
+    and many at once never exhaust the pool. SQLite's connection stays: it is the thread's.
+    Inside a transaction nothing is given back."""
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        connection.close()

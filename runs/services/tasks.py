@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
@@ -44,7 +44,13 @@ from ledger.interfaces import (
     ServiceError,
 )
 from runs import lifecycle
-from runs.hooks import HookFailure, completion_drafts, failure_drafts, start_draft
+from runs.hooks import (
+    HookFailure,
+    completion_drafts,
+    failure_drafts,
+    release_pooled_connection,
+    start_draft,
+)
 from runs.models import Runner, Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
@@ -426,7 +432,7 @@ def task_complete(
     record = task_record(held)
     cluster = ledger.cluster_get(cluster_id=cluster_id)
     agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
-    _release_pooled_connection()
+    release_pooled_connection()
     outcome = completion_drafts(
         task=record, agent=agent, cluster=cluster, result=result, output=output
     )
@@ -466,14 +472,6 @@ def task_complete(
             build_usage_record(build_id=task.build_id, usage=usage)
         transaction.on_commit(tasks_changed.notify)
     return Completion(task=task_record(task), messages=tuple(messages))
-
-
-def _release_pooled_connection() -> None:
-    """Give a pooled connection back while the hook's scripts run (they may wait seconds for a
-    sandbox): a completion then holds a PostgreSQL connection only while it reads and writes,
-    and many at once never exhaust the pool. SQLite's connection stays: it is the thread's."""
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        connection.close()
 
 
 def _held_or_completed(
