@@ -86,6 +86,7 @@ def _fail_cluster(writer: ClusterWriter, *, agent: AgentSpec, iteration: int, li
     failed = MessageDraft(
         topic=Topic.CLUSTER_FAILED,
         sender=agent_id,
+        receiver="system",
         content={
             "text": f"Cluster failed: {agent_id} reached its {limit} iterations",
             "data": {

@@ -2,8 +2,10 @@
 agents (SPEC §7.3, §7.6). Every path ends the cluster or moves it on, and a runner started
 with ``--exit-when-done`` exits with it.
 
-zeroshot: src/agent/agent-lifecycle.js (handleFinalFailure, executeOnCompleteHookWithRetry),
-src/agent/critical-agent-policy.ts, src/agent/agent-task-executor.js (schema mismatch).
+zeroshot: src/agent/agent-lifecycle.js:756 (handleFinalFailure: the rejection at :795, hook
+failure at :835, AGENT_ERROR at :923), :578 (hookMaxRetries = 3),
+src/agent/critical-agent-policy.ts:11 (isCriticalAgent), src/agent/agent-task-executor.js:3462
+(a validator's schema mismatch throws).
 """
 
 from __future__ import annotations

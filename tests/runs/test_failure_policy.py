@@ -113,8 +113,8 @@ def topics(cluster_id: str, *wanted: str) -> list[MessageRecord]:
 
 @override_settings(RUNS_RETRY_BASE_SECONDS=0)
 def test_a_worker_out_of_retries_fails_the_cluster(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-lifecycle.js handleFinalFailure (AGENT_ERROR with
-    # retryBudgetExhausted) and src/agent/critical-agent-policy.ts (every role but validator)
+    # zeroshot: src/agent/agent-lifecycle.js:923 (handleFinalFailure: AGENT_ERROR with
+    # retryBudgetExhausted) and src/agent/critical-agent-policy.ts:9 (every role but validator)
     cid = running(agent("worker", maxRetries=1))
     publish(cid)
     # when its task fails twice (one retry)
@@ -133,7 +133,8 @@ def test_a_worker_out_of_retries_fails_the_cluster(api: ApiClient) -> None:
 
 @override_settings(RUNS_RETRY_BASE_SECONDS=0)
 def test_a_crashed_validator_rejects_and_its_worker_runs_again(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-lifecycle.js handleFinalFailure ("Validator crash = REJECTION")
+    # zeroshot: src/agent/agent-lifecycle.js:795 (handleFinalFailure: "Validator crash =
+    # REJECTION", approved: false, crashedAfterRetries: true)
     cid = worker_and_validator(maxRetries=0)
     publish(cid)
     assert complete(api, claim(api)["task"], {"summary": "s", "result": "r"}).status_code == 200
@@ -159,8 +160,8 @@ def test_a_crashed_validator_rejects_and_its_worker_runs_again(api: ApiClient) -
 
 @override_settings(RUNS_RETRY_BASE_SECONDS=0)
 def test_a_validator_answer_without_approved_never_reaches_its_worker(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-task-executor.js (a validator's schema mismatch throws, and
-    # its retries end in a rejection)
+    # zeroshot: src/agent/agent-task-executor.js:3462 (a validator's schema mismatch throws)
+    # and src/agent/agent-lifecycle.js:795 (its last failure is a rejection)
     cid = worker_and_validator(maxRetries=1)
     publish(cid)
     complete(api, claim(api)["task"], {"summary": "s", "result": "r"})
@@ -180,7 +181,8 @@ def test_a_validator_answer_without_approved_never_reaches_its_worker(api: ApiCl
 
 @override_settings(RUNS_RETRY_BASE_SECONDS=0)
 def test_a_lease_expiring_past_max_retries_fails_for_good(api: ApiClient) -> None:
-    # SPEC §7.3: an expired lease counts as an attempt
+    # SPEC §7.3: an expired lease counts as an attempt; its final failure is zeroshot's
+    # (src/agent/agent-lifecycle.js:923, src/agent/critical-agent-policy.ts:11)
     cid = running(agent("worker", maxRetries=2))
     publish(cid)
     for attempt in range(1, 4):
@@ -198,8 +200,8 @@ def test_a_lease_expiring_past_max_retries_fails_for_good(api: ApiClient) -> Non
 
 
 def test_a_hook_failing_three_times_fails_the_cluster(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-lifecycle.js executeOnCompleteHookWithRetry (hookMaxRetries = 3)
-    # and handleFinalFailure (CLUSTER_FAILED, reason on_complete_hook_failed)
+    # zeroshot: src/agent/agent-lifecycle.js:578 (hookMaxRetries = 3) and :835 (CLUSTER_FAILED,
+    # reason on_complete_hook_failed)
     counter = "globalThis.n = (globalThis.n || 0) + 1; throw new Error('hook broke ' + n);"
     hook = {
         "onComplete": {
@@ -230,8 +232,8 @@ def test_a_hook_failing_three_times_fails_the_cluster(api: ApiClient) -> None:
 def test_on_start_publishes_before_task_started_and_task_started_says_who_triggered(
     api: ApiClient,
 ) -> None:
-    # zeroshot: src/agent/agent-lifecycle.js runTaskAttempt (onStart first) and
-    # publishTaskStarted (triggeredBy, triggerFrom)
+    # zeroshot: src/agent/agent-lifecycle.js:632 (runTaskAttempt: onStart first) and :469
+    # (publishTaskStarted: triggerFrom)
     hooks = {
         "onStart": {
             "action": "publish_message",
@@ -260,7 +262,7 @@ def test_an_on_start_hook_that_fails_fails_the_attempt(api: ApiClient) -> None:
 
 
 def test_on_error_runs_after_the_final_failure_with_the_error(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-lifecycle.js handleFinalFailure (onError after AGENT_ERROR)
+    # zeroshot: src/agent/agent-lifecycle.js:961 (handleFinalFailure: onError after AGENT_ERROR)
     hooks = {
         "onError": {
             "action": "publish_message",
@@ -280,7 +282,7 @@ def test_on_error_runs_after_the_final_failure_with_the_error(api: ApiClient) ->
 
 
 def test_a_transform_reading_a_field_the_result_lacks_fails(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-hook-executor.js parseTransformResultData
+    # zeroshot: src/agent/agent-hook-executor.js:201 (parseTransformResultData: missingFields)
     script = "return {topic: 'PLAN', content: {text: result.plan}};"
     hooks = {"onComplete": {"action": "publish_message", "transform": {"script": script}}}
     cid = running(agent("worker", hooks=hooks))
@@ -296,7 +298,7 @@ def test_a_transform_reading_a_field_the_result_lacks_fails(api: ApiClient) -> N
     "data", ["{}", "{operations: []}", "{operations: 'x'}", "{operations: [{}]}"]
 )
 def test_cluster_operations_without_operations_fail_the_hook(api: ApiClient, data: str) -> None:
-    # zeroshot: src/agent/agent-hook-executor.js validateClusterOperationsResult
+    # zeroshot: src/agent/agent-hook-executor.js:329 (validateClusterOperationsResult)
     script = f"return {{topic: 'CLUSTER_OPERATIONS', content: {{data: {data}}}}};"
     hooks = {"onComplete": {"action": "publish_message", "transform": {"script": script}}}
     cid = running(agent("conductor", hooks=hooks, role="router"))
@@ -309,7 +311,7 @@ def test_cluster_operations_without_operations_fail_the_hook(api: ApiClient, dat
 
 
 def test_placeholders_iteration_and_created_at_stay_strings(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-hook-executor.js substituteTemplate
+    # zeroshot: src/agent/agent-hook-executor.js:516-520 (substituteTemplate)
     config = {
         "topic": "DONE",
         "content": {
@@ -330,8 +332,8 @@ def test_placeholders_iteration_and_created_at_stay_strings(api: ApiClient) -> N
 def test_a_json_agent_without_a_schema_gets_zeroshots_default_and_its_warning(
     api: ApiClient,
 ) -> None:
-    # zeroshot: src/agent/agent-config.ts applyOutputDefaults ({summary, result} required) and
-    # src/agent/agent-task-executor.js (AGENT_SCHEMA_WARNING data{agent, role, iteration, errors})
+    # zeroshot: src/agent/agent-config.ts:130 ({summary, result} required), :142 (strictSchema
+    # true) and src/agent/agent-task-executor.js:3468 (AGENT_SCHEMA_WARNING)
     cid = running(agent("worker"))
     publish(cid)
     claimed = claim(api)
@@ -355,7 +357,7 @@ def test_strict_schema_false_is_passed_to_the_runner(api: ApiClient) -> None:
 
 
 def test_a_planners_result_off_its_schema_fails_for_good(api: ApiClient) -> None:
-    # zeroshot: src/agent/agent-task-executor.js terminalStructuredRole (planner, conductor)
+    # zeroshot: src/agent/agent-task-executor.js:3453 (terminalStructuredRole)
     cid = running(agent("planner", role="planner", maxRetries=3))
     publish(cid)
     refused = complete(api, claim(api)["task"], {"plan": "no summary"})
@@ -397,7 +399,8 @@ def test_a_planners_result_off_its_schema_fails_for_good(api: ApiClient) -> None
 def test_templates_with_other_engines_or_unknown_actions_are_refused(
     db: None, where: dict[str, Any], field: str
 ) -> None:
-    # zeroshot: src/config-validator.js (trigger action, logic engine, hook logic engine)
+    # zeroshot: src/config-validator.js:186 (trigger action), :196 (trigger logic engine),
+    # :1334 (hook logic engine)
     body = {"name": "t", "agents": [{"id": "a", "role": "r", "prompt": "p", **where}]}
     check = template_check(body)
     assert not check.valid

@@ -164,8 +164,7 @@ def test_cluster_iteration_output_and_error_placeholders() -> None:
     outcome = substituted(config, {"output": "ignored"}, error_message="boom")
 
     # zeroshot substitutes these inside the config's JSON strings, so they stay strings
-    # (src/agent/agent-hook-executor.js, substituteTemplate: String(cluster.createdAt),
-    # String(agent.iteration))
+    # (src/agent/agent-hook-executor.js:516-517: String(cluster.createdAt), String(iteration))
     assert outcome == {
         "id": "emerald-prism-4",
         "created": "1760000000000",
@@ -203,8 +202,7 @@ def test_unresolved_placeholders_of_our_families_fail_the_hook() -> None:
 
 
 def test_error_message_is_empty_without_an_error() -> None:
-    # zeroshot: src/agent/agent-hook-executor.js, substituteTemplate
-    # (context.error?.message ?? '')
+    # zeroshot: src/agent/agent-hook-executor.js:520 (context.error?.message ?? '')
     outcome = substituted({"a": "{{error.message}}", "b": "no error: {{error.message}}"}, {})
 
     assert outcome == {"a": "", "b": "no error: "}
