@@ -173,9 +173,12 @@ def failure_drafts(
     before: list[MessageDraft] = []
     after: list[MessageDraft] = []
     topic = _rejection_topic(agent)
-    critical = agent is None or agent.id == "consensus-coordinator" or topic is None
-    if not critical and topic is not None and agent is not None:
-        before.append(_rejection(agent, task=task, topic=topic, error=error))
+    rejection = None
+    if agent is not None and topic is not None and agent.id != "consensus-coordinator":
+        rejection = _rejection(agent, task=task, topic=topic, error=error)
+    critical = rejection is None
+    if rejection is not None:
+        before.append(rejection)
     if agent is not None and agent.hooks.on_error is not None:
         made = hook_run(
             agent.hooks.on_error,
@@ -222,11 +225,16 @@ def _rejection_topic(agent: AgentSpec | None) -> str | None:
     return hook.config_topic
 
 
-def _rejection(agent: AgentSpec, *, task: TaskRecord, topic: str, error: str) -> MessageDraft:
+def _rejection(
+    agent: AgentSpec, *, task: TaskRecord, topic: str, error: str
+) -> MessageDraft | None:
     """A crashed validator's verdict: a rejection, never an approval (zeroshot's
-    handleFinalFailure, "Validator crash = REJECTION")."""
+    handleFinalFailure, "Validator crash = REJECTION"); None when its hook's topic cannot be
+    published (the validator is then critical)."""
     hook = agent.hooks.on_complete
     receiver = hook.config.get("receiver") if hook is not None and hook.config else None
+    if not isinstance(receiver, str) or not receiver or "{{" in receiver:
+        receiver = "broadcast"
     attempts = task.attempts
     text = ledger.text_storable(error, max_chars=lifecycle.ERROR_TEXT_MAX)
     errors = [
@@ -234,10 +242,10 @@ def _rejection(agent: AgentSpec, *, task: TaskRecord, topic: str, error: str) ->
         "Validation could not be performed - REJECTING to prevent broken code merge",
         "Investigation required before retry",
     ]
-    return MessageDraft(
+    draft = MessageDraft(
         topic=topic,
         sender=agent.id,
-        receiver=receiver if isinstance(receiver, str) and receiver else "broadcast",
+        receiver=receiver,
         content={
             "text": f"REJECTED: Validator crashed {attempts} times - {text}",
             "data": {
@@ -249,6 +257,11 @@ def _rejection(agent: AgentSpec, *, task: TaskRecord, topic: str, error: str) ->
             },
         },
     )
+    try:
+        ledger.drafts_check([draft], single=True)
+    except ServiceError:
+        return None
+    return draft
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,6 +159,17 @@ def test_a_crashed_validator_rejects_and_its_worker_runs_again(api: ApiClient) -
 
 
 @override_settings(RUNS_RETRY_BASE_SECONDS=0)
+def test_a_crashed_validator_that_cannot_reject_is_critical(api: ApiClient) -> None:
+    # a validator with no topic to reject on would leave its worker waiting forever
+    hooks = {"onComplete": {"action": "publish_message", "config": {"topic": "not a topic"}}}
+    cid = running(agent("checker", role="validator", hooks=hooks, maxRetries=0))
+    publish(cid)
+    assert fail(api, claim(api)["task"]).json()["state"] == "failed"
+    [failed] = topics(cid, "CLUSTER_FAILED")
+    assert (failed.sender, failed.data["reason"]) == ("checker", "critical_agent_failed")
+
+
+@override_settings(RUNS_RETRY_BASE_SECONDS=0)
 def test_a_validator_answer_without_approved_never_reaches_its_worker(api: ApiClient) -> None:
     # zeroshot: src/agent/agent-task-executor.js:3462 (a validator's schema mismatch throws)
     # and src/agent/agent-lifecycle.js:795 (its last failure is a rejection)
