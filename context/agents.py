@@ -45,6 +45,17 @@ MAX_TRIGGERS: Final = 100
 SCRIPT_MAX_CHARS: Final = 100_000
 NAME_MAX_CHARS: Final = 200
 
+# zeroshot's schema for a json agent that names none (src/agent/agent-config.ts,
+# applyOutputDefaults): its results are checked against it (SPEC §7.5).
+DEFAULT_JSON_SCHEMA: Final[Mapping[str, JSON]] = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string", "description": "Brief summary of what was done"},
+        "result": {"type": "string", "description": "Detailed result or output"},
+    },
+    "required": ["summary", "result"],
+}
+
 _TOPIC: Final = re.compile(TOPIC_PATTERN)
 # A trigger's topic: a topic, ``*`` (everything) or a topic's prefix then ``*``.
 _TOPIC_PREFIX: Final = re.compile(r"^[A-Z][A-Z0-9_]{0,62}\*$")
@@ -144,8 +155,11 @@ class AgentSpec:
     provider: str | None = None
     prompt: JSON = None
     output_format: OutputFormat = "json"
+    # The agent's jsonSchema; zeroshot's default one for a json agent that names none.
     json_schema: JSON = None
-    strict_schema: bool = False
+    # zeroshot's strictSchema (default true): the runner asks a provider that can enforce the
+    # schema natively to do so (SPEC §7.5).
+    strict_schema: bool = True
     limits: Limits = field(default_factory=Limits)
     triggers: tuple[Trigger, ...] = ()
     hooks: Hooks = field(default_factory=Hooks)
@@ -235,8 +249,8 @@ def agent_parse(raw: JSON, *, where: str = "agent") -> AgentSpec:
         provider=_name(raw.get("provider"), field=f"{where}.provider"),
         prompt=prompt,
         output_format=cast(OutputFormat, output_format),
-        json_schema=schema,
-        strict_schema=_flag(raw.get("strictSchema"), field=f"{where}.strictSchema"),
+        json_schema=DEFAULT_JSON_SCHEMA if schema is None and output_format == "json" else schema,
+        strict_schema=_flag(raw.get("strictSchema"), field=f"{where}.strictSchema", default=True),
         limits=Limits(
             max_iterations=_bounded(
                 raw.get("maxIterations"),
@@ -356,6 +370,13 @@ def _script(value: JSON, *, field: str) -> Script | None:
         return None
     if not isinstance(value, Mapping):
         raise AgentConfigError(field, "must be an object {engine?, script}")
+    engine = value.get("engine")
+    if engine is not None and engine != "javascript":
+        # As zeroshot's config validator (src/config-validator.js, trigger and hook logic).
+        raise AgentConfigError(
+            f"{field}.engine",
+            f"must be 'javascript' (the only engine scripts run in), got {_shown(engine)}",
+        )
     source = value.get("script")
     if source is None:
         return None
@@ -378,9 +399,9 @@ def _name(value: JSON, *, field: str) -> str | None:
     return value
 
 
-def _flag(value: JSON, *, field: str) -> bool:
+def _flag(value: JSON, *, field: str, default: bool = False) -> bool:
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise AgentConfigError(field, f"must be true or false, got {_kind(value)}")
     return value

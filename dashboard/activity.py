@@ -87,6 +87,7 @@ def agents_context(cluster: ClusterRecord) -> dict[str, Any]:
         )
     return {
         "cluster": cluster,
+        "condition": tasks.cluster_conditions([cluster])[cluster.id],
         "agents": agents,
         "live_agents": cluster.state in (ClusterState.RUNNING, ClusterState.STOPPING),
         "refresh_ms": AGENTS_REFRESH_MS,

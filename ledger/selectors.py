@@ -268,6 +268,23 @@ def message_latest(
     return max(candidates, key=lambda m: (m.timestamp, m.sequence)) if candidates else None
 
 
+def message_latest_by_cluster(
+    *, cluster_ids: Sequence[str], topic: str
+) -> dict[str, MessageRecord]:
+    """The newest message of ``topic`` in each of the clusters, in one query (for a list of
+    clusters: each ended cluster holds one ending message, so the rows read stay few). Read on
+    the index ``msg_cluster_topic``."""
+    if not cluster_ids:
+        return {}
+    found: dict[str, MessageRecord] = {}
+    rows = Message.objects.filter(cluster_id__in=list(cluster_ids), topic=topic).order_by(
+        "cluster_id", "-timestamp", "-sequence"
+    )
+    for message in rows:
+        found.setdefault(message.cluster_id, message_record(message))
+    return found
+
+
 def message_at_sequence(*, cluster_id: str, sequence: int) -> MessageRecord:
     """The message with a given sequence, or ``NotFound``."""
     return _one(

@@ -350,6 +350,27 @@ def clusters_tasks(
     return {"items": [t.to_wire() for t in tasks], "next_before": next_before}
 
 
+class ConditionOut(Schema):
+    state: str = Field(
+        description="the cluster's state, or `stalled`: running, but every agent has sat idle "
+        "with nothing queued, claimed or waiting for longer than CLUSTER_STALL_SECONDS"
+    )
+    stalled: bool
+    reason: str | None = Field(description="why a failed or stalled cluster does not move")
+    idle_since: int | None = Field(description="ms: a stalled cluster's newest message")
+
+
+@router.get(
+    "/clusters/{cluster_id}/condition",
+    response={200: ConditionOut, **ERRORS},
+    summary="Whether a cluster can still move: its state, stalled, and why",
+)
+def clusters_condition(request: HttpRequest, cluster_id: str) -> dict[str, Any]:
+    require_cluster(request, cluster_id)
+    cluster = ledger.cluster_get(cluster_id=cluster_id)
+    return selectors.cluster_conditions([cluster])[cluster.id].to_wire()
+
+
 @router.post(
     "/clusters/{cluster_id}/start",
     response={200: ClusterDetailOut, **ERRORS},

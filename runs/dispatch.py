@@ -146,7 +146,6 @@ class Dispatcher:
         for trigger in agent.triggers:
             if not trigger.matches(message.topic):
                 continue
-            reason = DEFAULT_STOP_REASON
             if trigger.logic is not None:
                 outcome = trigger_logic_evaluate(
                     trigger.logic.source,
@@ -168,10 +167,10 @@ class Dispatcher:
                     continue  # a script that fails counts as false
                 if not outcome.passed:
                     continue
-                reason = outcome.stop_reason
             step: QueueTask | MessageDraft
             if trigger.action == "stop_cluster":
-                step = _complete(sender=agent.id, reason=reason)
+                # zeroshot's executeTriggerAction (src/agent/agent-lifecycle.js): its fixed reason.
+                step = _complete(sender=agent.id, reason=DEFAULT_STOP_REASON)
             else:
                 step = QueueTask(agent=agent, message=message)
             writes.steps.append(step)
@@ -243,11 +242,12 @@ def _approves(entry: Mapping[str, JSON]) -> bool:
 
 
 def _complete(*, sender: str, reason: str) -> MessageDraft:
-    """``CLUSTER_COMPLETE``; the reason a script gave is made storable first (SPEC §7.1)."""
+    """``CLUSTER_COMPLETE`` to ``system`` (SPEC §7.1), its reason made storable."""
     reason = ledger.text_storable(reason, max_chars=STOP_REASON_MAX)
     return MessageDraft(
         topic=Topic.CLUSTER_COMPLETE,
         sender=sender,
+        receiver="system",
         content={"text": f"Cluster complete: {reason}", "data": {"reason": reason}},
     )
 

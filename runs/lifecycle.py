@@ -57,9 +57,12 @@ def agent_error_draft(
     )
 
 
-def schema_warning_draft(*, agent_id: str, issues: Sequence[str]) -> MessageDraft:
-    """``AGENT_SCHEMA_WARNING``: how a result breaks its agent's ``jsonSchema``, each problem
-    made storable (a problem quotes the agent's result)."""
+def schema_warning_draft(
+    *, agent_id: str, issues: Sequence[str], role: str = "", iteration: int = 0
+) -> MessageDraft:
+    """``AGENT_SCHEMA_WARNING`` (zeroshot's ``data{agent, role, iteration, errors}``): how a
+    result breaks its agent's ``jsonSchema``, each problem made storable (a problem quotes the
+    agent's result)."""
     errors = [_middle_cut(text_storable(issue), ISSUE_TEXT_MAX) for issue in issues]
     if len(errors) > SCHEMA_ISSUES_MAX:
         errors = [*errors[:SCHEMA_ISSUES_MAX], f"… and {len(errors) - SCHEMA_ISSUES_MAX} more"]
@@ -68,7 +71,7 @@ def schema_warning_draft(*, agent_id: str, issues: Sequence[str]) -> MessageDraf
         sender=agent_id,
         content={
             "text": f"{agent_id}: the result does not match its jsonSchema",
-            "data": {"agent": agent_id, "errors": errors},
+            "data": {"agent": agent_id, "role": role, "iteration": iteration, "errors": errors},
         },
     )
 
@@ -80,6 +83,18 @@ def _middle_cut(text: str, max_chars: int) -> str:
         return text
     half = (max_chars - 1) // 2
     return f"{text[:half]}…{text[len(text) - (max_chars - 1 - half) :]}"
+
+
+def cluster_failed_draft(*, sender: str, reason: str, text: str, **data: JSON) -> MessageDraft:
+    """``CLUSTER_FAILED`` from the agent whose failure ends the cluster (SPEC §7.3)."""
+    return MessageDraft(
+        topic=Topic.CLUSTER_FAILED,
+        sender=sender,
+        content={
+            "text": text_storable(text, max_chars=ERROR_TEXT_MAX),
+            "data": {"reason": reason, **json_storable(data)},
+        },
+    )
 
 
 def usage_draft(task: TaskRecord, usage: dict[str, Any]) -> MessageDraft:

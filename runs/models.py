@@ -40,6 +40,8 @@ class Task(models.Model):
     trigger_message_id = models.CharField(max_length=128)
     trigger_topic = models.CharField(max_length=64)
     trigger_sequence = models.BigIntegerField()
+    # Who sent the triggering message: ``TASK_STARTED`` says it as ``triggerFrom`` (SPEC §7.3).
+    trigger_sender = models.CharField(max_length=128, blank=True, default="", db_default="")
     build = models.ForeignKey(
         "context.ContextBuild", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -77,6 +79,8 @@ class Task(models.Model):
                 fields=["cluster", "agent_id", "state", "created_at"], name="task_agent_queue"
             ),
             models.Index(fields=["cluster", "-created_at"], name="task_cluster_recent"),
+            # Whether a cluster has open tasks at all: what tells a stalled cluster (SPEC §7.3).
+            models.Index(fields=["cluster", "state"], name="task_cluster_state"),
         )
 
     def __str__(self) -> str:

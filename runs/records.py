@@ -57,6 +57,7 @@ class TaskRecord:
     result_chars: int | None = None
     result_preview: str | None = None
     summary: bool = False
+    trigger_sender: str = ""
 
     def to_wire(self, *, with_lease: bool = False) -> dict[str, JSON]:
         """The JSON shape of the work API; the lease id only for the worker holding it.

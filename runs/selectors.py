@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import Count, TextField
 from django.db.models.functions import Cast, Length, Substr
 
-from ledger.interfaces import NotFound
+from ledger.interfaces import (
+    ClusterRecord,
+    ClusterState,
+    NotFound,
+    Topic,
+    message_latest_by_cluster,
+    now_ms,
+)
 from runs.models import OPEN_STATES, Runner, Task, TaskState
 from runs.records import RunnerRecord, TaskRecord, states_matching
 
@@ -46,6 +55,7 @@ def task_record(task: Task, *, summary: bool = False) -> TaskRecord:
         result_chars=getattr(task, "result_chars", None),
         result_preview=getattr(task, "result_preview", None),
         summary=summary,
+        trigger_sender=task.trigger_sender,
     )
 
 
@@ -183,3 +193,94 @@ def _string_map(raw: object) -> dict[str, str]:
     if not isinstance(raw, dict):
         return {}
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+# --- whether a cluster can still move (SPEC §7.3, last sentence) ---------------------------------
+
+STALLED = "stalled"
+REASON_MAX_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCondition:
+    """A cluster's state as an operator should read it: ``stalled`` for a running cluster that
+    can no longer move, with the reason a failed or stalled cluster shows."""
+
+    state: str
+    reason: str = ""
+    # A stalled cluster: since when nothing has happened (ms).
+    idle_since: int | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return self.state == STALLED
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "stalled": self.stalled,
+            "reason": self.reason or None,
+            "idle_since": self.idle_since,
+        }
+
+
+def cluster_conditions(
+    clusters: Sequence[ClusterRecord], *, now: int | None = None
+) -> dict[str, ClusterCondition]:
+    """Each cluster's condition, in at most two queries whatever the number of clusters.
+
+    A running cluster with agents whose newest message is older than ``CLUSTER_STALL_SECONDS``
+    and that holds no open task (queued, claimed, expired: read on the index
+    ``task_cluster_state``) is stalled: every agent sits idle and nothing will wake one. A
+    failed cluster gives the reason of its ``CLUSTER_FAILED``.
+    """
+    now = now_ms() if now is None else now
+    quiet_before = now - int(settings.CLUSTER_STALL_SECONDS * 1000)
+    quiet = {
+        c.id: c.last_activity or c.created_at
+        for c in clusters
+        if c.state == ClusterState.RUNNING
+        and c.agents
+        and (c.last_activity or c.created_at) < quiet_before
+    }
+    busy: set[str] = set()
+    if quiet:
+        busy = set(
+            Task.objects.filter(cluster_id__in=list(quiet), state__in=OPEN_STATES)
+            .values_list("cluster_id", flat=True)
+            .distinct()
+        )
+    failures = message_latest_by_cluster(
+        cluster_ids=[c.id for c in clusters if c.state == ClusterState.FAILED],
+        topic=Topic.CLUSTER_FAILED,
+    )
+    conditions: dict[str, ClusterCondition] = {}
+    for cluster in clusters:
+        if cluster.id in quiet and cluster.id not in busy:
+            minutes = max(1, (now - quiet[cluster.id]) // 60_000)
+            conditions[cluster.id] = ClusterCondition(
+                state=STALLED,
+                reason=(
+                    f"every agent has sat idle for {minutes} min with nothing queued, claimed "
+                    "or waiting: nothing will wake one"
+                ),
+                idle_since=quiet[cluster.id],
+            )
+        elif cluster.id in failures:
+            conditions[cluster.id] = ClusterCondition(
+                state=cluster.state,
+                reason=_failure_reason(failures[cluster.id].data, failures[cluster.id].text),
+            )
+        else:
+            conditions[cluster.id] = ClusterCondition(state=cluster.state)
+    return conditions
+
+
+def _failure_reason(data: object, text: str | None) -> str:
+    """``reason: text`` of a ``CLUSTER_FAILED``, cut to ``REASON_MAX_CHARS``."""
+    reason = data.get("reason") if isinstance(data, dict) else None
+    parts = [str(part) for part in (reason, text) if part]
+    joined = " — ".join(parts) or "the cluster failed without saying why"
+    if len(joined) > REASON_MAX_CHARS:
+        joined = joined[: REASON_MAX_CHARS - 1] + "…"
+    return joined

@@ -138,7 +138,13 @@ def _report(
     before: TaskRecord, task: Task, event: TaskEvent, error: str, extra: dict[str, JSON]
 ) -> MessageDraft | None:
     if event is TaskEvent.CLAIM:
-        return lifecycle.lifecycle_draft(before, "TASK_STARTED", triggeredBy=before.trigger_topic)
+        # zeroshot's publishTaskStarted (src/agent/agent-lifecycle.js): triggeredBy, triggerFrom.
+        return lifecycle.lifecycle_draft(
+            before,
+            "TASK_STARTED",
+            triggeredBy=before.trigger_topic,
+            triggerFrom=before.trigger_sender or None,
+        )
     if event is TaskEvent.COMPLETE:
         return lifecycle.lifecycle_draft(before, "TASK_COMPLETED")
     if event is TaskEvent.RETRY:

@@ -298,6 +298,9 @@ PIPELINE_READ_WAIT_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_READ_WAIT_S
 
 # Runs (SPEC §7.3): a retried task waits this long, doubled per attempt, before its next claim.
 RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.0))
+# A running cluster whose agents all sit idle, with nothing queued, claimed or waiting, for longer
+# than this is shown as stalled (SPEC §7.3): it can no longer move on its own.
+CLUSTER_STALL_SECONDS = float(os.environ.get("ZEROSHOT_CLUSTER_STALL_SECONDS", 600))
 # Logic scripts (hooks, transforms, trigger logic): sandbox processes at most per server process;
 # evaluations beyond them wait for one (runs/logic/engine.py, docs/threat-model.md).
 RUNS_SANDBOX_POOL_SIZE = env_int("RUNS_SANDBOX_POOL_SIZE", 4)

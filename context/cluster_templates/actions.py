@@ -1,8 +1,8 @@
 """Hook actions of a template (SPEC §7.5): the ones this server refuses, and the stored ones.
 
 The server never runs shell commands from a template, so ``execute_system_command`` and
-``verify_pull_request`` refuse the template; hooks other than ``onComplete`` and
-``CLUSTER_OPERATIONS`` messages are stored but never run, which is worth a warning.
+``verify_pull_request`` refuse the template. ``onStart``, ``onComplete`` and ``onError`` all run
+(SPEC §7.5).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _REFUSED: Final = {
         "the server never runs shell commands from a template, so it cannot verify pull requests"
     ),
 }
-_RUN_HOOK: Final = "onComplete"
+_RUN_HOOKS: Final = ("onStart", "onComplete", "onError")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +72,8 @@ def _check_hook(name: str, hook: Mapping[str, JSON], report: _Reporter) -> None:
     elif action != "publish_message":
         shown = json.dumps(action) if action is not None else "missing"
         report.error(".action", f"the action is {shown}; a hook can only publish_message")
-    if name != _RUN_HOOK:
-        report.warning("", f"{name} is stored but never run: the server runs onComplete only")
+    if name not in _RUN_HOOKS:
+        report.warning("", f"{name} is not a hook: the server runs onStart, onComplete, onError")
     if _publishes_cluster_operations(hook):
         report.warning(
             "",

@@ -393,9 +393,18 @@ CLUSTERS: list[dict[str, Any]] = [
     {
         "id": "steady-lantern-12",
         "template": "worker-validator",
-        "state": "running",
+        # Its validator approved the sixth round: a live run's completion rule ends it there.
+        "state": "completed",
         "minutes_ago": 360,
         "agents": WORKER_VALIDATOR_AGENTS,
-        "messages": _long_run(),
+        "messages": [
+            *_long_run(),
+            msg(
+                "CLUSTER_COMPLETE",
+                "system",
+                "Cluster complete: all_validators_approved",
+                {"reason": "all_validators_approved"},
+            ),
+        ],
     },
 ]

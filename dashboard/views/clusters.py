@@ -35,6 +35,7 @@ from ledger.interfaces import (
     NotFound,
     SearchHit,
 )
+from runs.selectors import cluster_conditions
 from snapshots.snapshotter import snapshot_latest
 
 TIMELINE_PAGE = 100
@@ -53,8 +54,11 @@ def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
     for (cluster_id, _), build in sorted(latest.items()):
         by_cluster.setdefault(cluster_id, []).append(build)
     sizes = cluster_sizes(clusters=clusters)
+    conditions = cluster_conditions(clusters)
     context = {
-        "rows": [(c, usage_of(by_cluster.get(c.id, [])), sizes[c.id]) for c in clusters],
+        "rows": [
+            (c, usage_of(by_cluster.get(c.id, [])), sizes[c.id], conditions[c.id]) for c in clusters
+        ],
         "search": search,
         "state": state,
         "states": ClusterState.values,

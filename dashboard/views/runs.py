@@ -202,6 +202,7 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         region="tasks-region",
         context={
             "cluster": cluster,
+            "condition": tasks.cluster_conditions([cluster])[cluster.id],
             "rows": rows,
             "filters": values,
             "older": older,

@@ -11,7 +11,14 @@ logic, hook logic, transforms), ``hooks`` (merge, placeholders, refused actions)
 from __future__ import annotations
 
 from runs.logic.engine import MEMORY_LIMIT_BYTES, TIME_LIMIT_S, TRANSFORM_TIME_LIMIT_S
-from runs.logic.hooks import ActionsCheck, deep_merge, substitute, template_actions_check
+from runs.logic.hooks import (
+    ActionsCheck,
+    deep_merge,
+    operations_problem,
+    substitute,
+    template_actions_check,
+    transform_missing_fields,
+)
 from runs.logic.records import (
     DEFAULT_STOP_REASON,
     ERROR_TEXT_MAX,
@@ -50,10 +57,12 @@ __all__ = [
     "TriggerOutcome",
     "deep_merge",
     "hook_logic_evaluate",
+    "operations_problem",
     "result_parse",
     "script_message",
     "substitute",
     "template_actions_check",
     "transform_evaluate",
+    "transform_missing_fields",
     "trigger_logic_evaluate",
 ]

@@ -18,7 +18,14 @@ from typing import Final
 from context.cluster_templates.actions import ActionsCheck, template_actions_check
 from runs.logic.records import JSON, LogicError
 
-__all__ = ["ActionsCheck", "deep_merge", "substitute", "template_actions_check"]
+__all__ = [
+    "ActionsCheck",
+    "deep_merge",
+    "operations_problem",
+    "substitute",
+    "template_actions_check",
+    "transform_missing_fields",
+]
 
 # {{result…}}, {{cluster…}}, {{iteration…}} and {{error…}} belong to us; any other {{…}} is text.
 _PLACEHOLDER: Final = re.compile(r"\{\{(result|cluster|iteration|error)((?:\.[^{}.\s]+)*)\}\}")
@@ -49,14 +56,19 @@ class _Values:
     def lookup(self, family: str, path: str) -> JSON:
         """The value a placeholder names, or ``_MISSING`` when it names nothing we know."""
         names = path.split(".")[1:] if path else []
+        # zeroshot substitutes these three into the config's JSON text inside its quotes, so
+        # "{{iteration}}" and "{{cluster.createdAt}}" stay strings, and "{{error.message}}" is
+        # "" when there is no error (src/agent/agent-hook-executor.js, substituteTemplate).
         if family == "iteration":
-            return self.iteration if not names else _MISSING
+            return str(self.iteration) if not names else _MISSING
         if family == "cluster":
-            known: dict[str, JSON] = {"id": self.cluster_id, "createdAt": self.cluster_created_at}
+            known: dict[str, JSON] = {
+                "id": self.cluster_id,
+                "createdAt": str(self.cluster_created_at),
+            }
             return known.get(names[0], _MISSING) if len(names) == 1 else _MISSING
         if family == "error":
-            has_message = names == ["message"] and self.error_message is not None
-            return self.error_message if has_message else _MISSING
+            return (self.error_message or "") if names == ["message"] else _MISSING
         if names == ["output"]:
             return self.output_text
         if not names or self.result is None:
@@ -79,7 +91,7 @@ def substitute(
     A string that is exactly one placeholder becomes its value with its JSON type; inside a
     longer string a placeholder becomes the value's text (objects and arrays as JSON). A missing
     result field is ``null``; a placeholder with no value at all (``{{cluster.name}}``, a result
-    field when the agent returned no JSON, ``{{error.message}}`` when there was no error) fails.
+    field when the agent returned no JSON) fails.
     """
     values = _Values(
         result=result,
@@ -144,3 +156,39 @@ def _as_text(value: JSON) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# The result fields a transform script reads, as zeroshot finds them (agent-hook-executor.js,
+# getAccessedFields): ``result.NAME`` anywhere in the script's text.
+_RESULT_FIELD: Final = re.compile(r"result\.([a-zA-Z_]+)")
+
+
+def transform_missing_fields(script: str, result: Mapping[str, JSON] | None) -> list[str]:
+    """The ``result.X`` fields a transform reads that the result lacks: zeroshot refuses to run
+    such a transform (agent-hook-executor.js, parseTransformResultData). With no result object,
+    every field it reads is missing."""
+    accessed = dict.fromkeys(_RESULT_FIELD.findall(script))
+    if result is None:
+        return list(accessed)
+    return [name for name in accessed if name not in result]
+
+
+def operations_problem(message: Mapping[str, JSON]) -> str | None:
+    """Why a hook's ``CLUSTER_OPERATIONS`` message cannot be published, or None: zeroshot fails
+    the hook when its ``content.data.operations`` is not a non-empty array of ``{action}``
+    (agent-hook-executor.js, validateClusterOperationsResult)."""
+    if message.get("topic") != "CLUSTER_OPERATIONS":
+        return None
+    content = message.get("content")
+    data = content.get("data") if isinstance(content, Mapping) else None
+    operations = data.get("operations") if isinstance(data, Mapping) else None
+    if operations is None:
+        return "the CLUSTER_OPERATIONS message has no operations array"
+    if not isinstance(operations, list):
+        return "CLUSTER_OPERATIONS.operations must be an array"
+    if not operations:
+        return "CLUSTER_OPERATIONS.operations is empty: there is nothing to execute"
+    for index, operation in enumerate(operations):
+        if not isinstance(operation, Mapping) or not operation.get("action"):
+            return f"CLUSTER_OPERATIONS.operations[{index}] has no action"
+    return None

@@ -52,6 +52,7 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecor
         trigger_message_id=message.id,
         trigger_topic=message.topic,
         trigger_sequence=message.sequence,
+        trigger_sender=message.sender[:128],
         created_at=now,
         available_at=now,
     )
@@ -76,17 +77,24 @@ def _fail_cluster(writer: ClusterWriter, *, agent: AgentSpec, iteration: int, li
                 "event": "MAX_ITERATIONS_REACHED",
                 "agent": agent_id,
                 "role": role,
-                "iteration": iteration,
+                # The iterations run, as zeroshot's handleMaxIterations reports agent.iteration.
+                "iteration": iteration - 1,
                 "maxIterations": limit,
             },
         },
     )
     failed = MessageDraft(
         topic=Topic.CLUSTER_FAILED,
-        sender="system",
+        sender=agent_id,
+        receiver="system",
         content={
             "text": f"Cluster failed: {agent_id} reached its {limit} iterations",
-            "data": {"reason": "max_iterations", "agent": agent_id, "maxIterations": limit},
+            "data": {
+                "reason": "max_iterations",
+                "agent": agent_id,
+                "iteration": iteration - 1,
+                "maxIterations": limit,
+            },
         },
     )
     writer.append([reached, failed], now=ledger.now_ms())

@@ -9,6 +9,7 @@ transaction. Every later call carries the lease id; a lease that is no longer cu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -18,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
 
+from context.agents import AgentSpec
 from context.services import (
     BuildOutcome,
     agent_config_get,
@@ -44,7 +46,13 @@ from ledger.interfaces import (
     ServiceError,
 )
 from runs import lifecycle, observe
-from runs.hooks import completion_drafts
+from runs.hooks import (
+    HookFailure,
+    completion_drafts,
+    failure_drafts,
+    release_pooled_connection,
+    start_draft,
+)
 from runs.models import Runner, Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
@@ -129,7 +137,13 @@ def task_claim(
         cluster = ledger.cluster_get(cluster_id=task.cluster_id)
         try:
             agent = agent_config_get(cluster=cluster, agent_id=task.agent_id)
-            outcome = _build(task, cluster, started_draft)
+            spec = agent_spec_get(cluster=cluster, agent_id=task.agent_id)
+            on_start = start_draft(task=task, agent=spec, cluster=cluster)
+            if isinstance(on_start, HookFailure):
+                # As in zeroshot, a failing onStart hook fails the attempt (runTaskAttempt).
+                _fail_quietly(task, error=f"the onStart hook failed: {on_start.error}")
+                continue
+            outcome = _build(task, cluster, started_draft, before=on_start)
         except (OperationalError, InterfaceError):
             raise  # the database, not the task: the lease runs out and another claim retries
         except ServiceError as error:
@@ -191,28 +205,32 @@ def tasks_expire(*, now: int) -> int:
     """
     ended = 0
     lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=now)
-    for task_id, cluster_id in lapsed.values_list("id", "cluster_id")[:EXPIRED_PER_CLAIM]:
-        cluster = ledger.cluster_get(cluster_id=cluster_id)
-        with ledger.cluster_transaction(cluster_id) as writer:
-            task = Task.objects.select_for_update().filter(pk=task_id).first()
+    for peek in lapsed.order_by("lease_expires_at")[:EXPIRED_PER_CLAIM]:
+        cluster = ledger.cluster_get(cluster_id=peek.cluster_id)
+        max_retries = _max_retries(cluster, peek.agent_id)
+        error = f"its lease expired (attempt {peek.attempts} of {max_retries + 1})"
+        # The last attempt's failure policy (its onError hook may run a script) is made before
+        # the write transaction; the lease is checked again inside it.
+        prepared = None
+        if peek.attempts > max_retries:
+            prepared = _final_failure(task_record(peek), cluster, error=error)
+        with ledger.cluster_transaction(peek.cluster_id) as writer:
+            task = Task.objects.select_for_update().filter(pk=peek.id).first()
             if task is None or task.state != TaskState.CLAIMED:
                 continue  # another claim ended it first
+            if task.lease_id != peek.lease_id:
+                continue  # another claim took it again
             if task.lease_expires_at is None or task.lease_expires_at >= now:
                 continue  # a heartbeat came first
-            max_retries = _max_retries(cluster, task.agent_id)
-            error = f"its lease expired (attempt {task.attempts} of {max_retries + 1})"
-            if task.attempts <= max_retries:
+            if prepared is None:
                 task_move(task, TaskEvent.EXPIRE, now=now, error=error)
             else:
+                before, after = prepared
                 draft = task_move(
-                    task,
-                    TaskEvent.FAIL,
-                    now=now,
-                    error=error,
-                    report={"phase": "lease", "retryBudgetExhausted": True},
+                    task, TaskEvent.FAIL, now=now, error=error, report=_exhausted("lease", task)
                 )
                 assert draft is not None
-                writer.append([draft], now=ledger.now_ms())
+                writer.append([*before, draft, *after], now=ledger.now_ms())
                 transaction.on_commit(tasks_changed.notify)
             ended += 1
     return ended
@@ -276,9 +294,14 @@ def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, Mess
 
 
 def _build(
-    task: TaskRecord, cluster: ClusterRecord, started_draft: MessageDraft
+    task: TaskRecord,
+    cluster: ClusterRecord,
+    started_draft: MessageDraft,
+    *,
+    before: MessageDraft | None = None,
 ) -> BuildOutcome | None:
-    """Record the task's context build with its ``TASK_STARTED``, or None if the lease moved."""
+    """Record the task's context build with its ``TASK_STARTED`` (after the ``onStart`` hook's
+    message, ``before``), or None if the lease moved."""
 
     def started(writer: ClusterWriter, build_id: int) -> None:
         linked = Task.objects.filter(
@@ -286,7 +309,7 @@ def _build(
         ).update(build_id=build_id)
         if not linked:
             raise _LeaseMoved
-        writer.append([started_draft], now=ledger.now_ms())
+        writer.append([*([before] if before else []), started_draft], now=ledger.now_ms())
 
     try:
         return context_build(
@@ -312,6 +335,9 @@ def agent_wire(agent: Mapping[str, JSON]) -> dict[str, JSON]:
     server_side = {"triggers", "hooks", "contextStrategy", "condition"}
     wire = {key: value for key, value in agent.items() if key not in server_side}
     wire.setdefault("outputFormat", "json")
+    # zeroshot's default (src/agent/agent-config.ts): the runner asks a provider that can enforce
+    # the schema natively to do so (SPEC §7.5).
+    wire.setdefault("strictSchema", True)
     return wire
 
 
@@ -415,7 +441,7 @@ def task_complete(
     record = task_record(held)
     cluster = ledger.cluster_get(cluster_id=cluster_id)
     agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
-    _release_pooled_connection()
+    release_pooled_connection()
     hook_ns = time.time_ns()  # observe: the hook's span
     outcome = completion_drafts(
         task=record, agent=agent, cluster=cluster, result=result, output=output
@@ -423,7 +449,7 @@ def task_complete(
     hook_span = (hook_ns, time.time_ns())  # observe
     if outcome.rejected is not None:
         failed = task_fail(
-            task_id=task_id, lease_id=lease_id, error=outcome.rejected, retryable=True
+            task_id=task_id, lease_id=lease_id, error=outcome.rejected, retryable=outcome.retryable
         )
         raise InvalidInput(
             f"the result was refused: {outcome.rejected}",
@@ -465,14 +491,6 @@ def task_complete(
     return done
 
 
-def _release_pooled_connection() -> None:
-    """Give a pooled connection back while the hook's scripts run (they may wait seconds for a
-    sandbox): a completion then holds a PostgreSQL connection only while it reads and writes,
-    and many at once never exhaust the pool. SQLite's connection stays: it is the thread's."""
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        connection.close()
-
-
 def _held_or_completed(
     *, task_id: str, lease_id: str, scope: str | None, body: str
 ) -> Task | Completion:
@@ -504,9 +522,15 @@ def task_fail(
     retryable: bool = True,
     scope: str | None = None,
 ) -> TaskRecord:
-    """Retry the task after a backoff while it has retries left, else fail it for good."""
+    """Retry the task after a backoff while it has retries left, else fail it for good with
+    zeroshot's failure policy (``_final_failure``)."""
     cluster_id = _cluster_of(task_id)
     cluster = ledger.cluster_get(cluster_id=cluster_id)
+    # A final failure's onError hook may run a script: it runs before the write transaction.
+    peek = Task.objects.filter(pk=task_id, lease_id=lease_id, state=TaskState.CLAIMED).first()
+    prepared = None
+    if peek is not None and (not retryable or peek.attempts > _max_retries(cluster, peek.agent_id)):
+        prepared = _final_failure(task_record(peek), cluster, error=error)
     with ledger.cluster_transaction(cluster_id) as writer:
         task = _held(task_id=task_id, lease_id=lease_id, scope=scope)
         max_retries = _max_retries(cluster, task.agent_id)
@@ -521,15 +545,50 @@ def task_fail(
                 report={"maxRetries": max_retries, "delayMs": delay},
                 available_at=now + delay,
             )
+            assert draft is not None
+            drafts = [draft]
         else:
-            draft = task_move(task, TaskEvent.FAIL, now=now, error=error, report={"phase": "task"})
-        assert draft is not None
+            before, after = prepared or _final_failure(task_record(task), cluster, error=error)
+            draft = task_move(
+                task, TaskEvent.FAIL, now=now, error=error, report=_exhausted("task", task)
+            )
+            assert draft is not None
+            drafts = [*before, draft, *after]
         _runner_count(task.worker, "failed")
-        writer.append([draft], now=ledger.now_ms())
+        writer.append(drafts, now=ledger.now_ms())
         transaction.on_commit(tasks_changed.notify)
     failed = task_record(task)
     observe.task_failed.send(None, task=failed, ended_ns=time.time_ns())
     return failed
+
+
+def _fail_quietly(task: TaskRecord, *, error: str) -> None:
+    """Fail a just-claimed task as retryable; nothing when its lease moved on meanwhile."""
+    with contextlib.suppress(Conflict):
+        task_fail(task_id=task.id, lease_id=task.lease_id, error=error, retryable=True)
+
+
+def _final_failure(
+    task: TaskRecord, cluster: ClusterRecord, *, error: str
+) -> tuple[list[MessageDraft], list[MessageDraft]]:
+    """zeroshot's failure policy for a task that fails for good (SPEC §7.3): the drafts before
+    its ``AGENT_ERROR`` (a validator's rejection) and after it (its ``onError`` hook's message,
+    and ``CLUSTER_FAILED`` when the agent is critical)."""
+    return failure_drafts(
+        task=task, agent=_agent_spec(cluster, task.agent_id), cluster=cluster, error=error
+    )
+
+
+def _exhausted(phase: str, task: Task) -> dict[str, JSON]:
+    """What a final failure's ``AGENT_ERROR`` adds (zeroshot's handleFinalFailure)."""
+    return {"phase": phase, "retryBudgetExhausted": True, "attempts": task.attempts}
+
+
+def _agent_spec(cluster: ClusterRecord, agent_id: str) -> AgentSpec | None:
+    try:
+        return agent_spec_get(cluster=cluster, agent_id=agent_id)
+    except ServiceError:
+        return None
 
 
 # --- the runners the claims name ---------------------------------------------------------------
@@ -574,16 +633,19 @@ def _runner_count(worker: str, field: str) -> None:
 
 
 def _finish_failed(task: TaskRecord, *, error: str) -> None:
-    """Fail a just-claimed task for good (its build cannot be made) and say why."""
+    """Fail a just-claimed task for good (its build cannot be made), say why, and apply the
+    failure policy: an agent that cannot be built can no longer act."""
+    cluster = ledger.cluster_get(cluster_id=task.cluster_id)
+    before, after = _final_failure(task, cluster, error=error)
     with ledger.cluster_transaction(task.cluster_id) as writer:
         row = Task.objects.select_for_update().get(pk=task.id)
         if row.state != TaskState.CLAIMED or row.lease_id != task.lease_id:
             return
         draft = task_move(
-            row, TaskEvent.FAIL, now=ledger.now_ms(), error=error, report={"phase": "build"}
+            row, TaskEvent.FAIL, now=ledger.now_ms(), error=error, report=_exhausted("build", row)
         )
         assert draft is not None
-        writer.append([draft], now=ledger.now_ms())
+        writer.append([*before, draft, *after], now=ledger.now_ms())
         transaction.on_commit(tasks_changed.notify)
 
 

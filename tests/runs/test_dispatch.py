@@ -142,7 +142,9 @@ def test_a_stop_cluster_trigger_completes_the_cluster_and_nothing_triggers_after
     assert list(Task.objects.values_list("state", flat=True)) == ["cancelled"]
 
 
-def test_a_stop_cluster_logic_may_give_its_reason(db: None) -> None:
+def test_stop_cluster_publishes_zeroshots_fixed_reason_to_system(db: None) -> None:
+    # zeroshot: src/agent/agent-lifecycle.js:362-366 (executeTriggerAction: stop_cluster
+    # publishes CLUSTER_COMPLETE with receiver 'system' and reason 'all_validators_approved')
     cid = running(
         agent(
             "judge",
@@ -157,7 +159,8 @@ def test_a_stop_cluster_logic_may_give_its_reason(db: None) -> None:
     [complete] = message_query(
         cluster_id=cid, where=MessageFilter(topic="CLUSTER_COMPLETE"), limit=None
     )
-    assert complete.data["reason"] == "budget_spent"
+    assert complete.data["reason"] == "all_validators_approved"
+    assert (complete.sender, complete.receiver) == ("judge", "system")
 
 
 def test_past_max_iterations_the_cluster_fails(db: None) -> None:
@@ -172,8 +175,12 @@ def test_past_max_iterations_the_cluster_fails(db: None) -> None:
         cluster_id=cid, where=MessageFilter(topic="AGENT_LIFECYCLE"), limit=None
     )
     assert [m.data["event"] for m in lifecycle] == ["MAX_ITERATIONS_REACHED"]
+    # zeroshot: src/agent/agent-lifecycle.js:394-405 (handleMaxIterations: the iterations run,
+    # and CLUSTER_FAILED published by the agent itself, to system)
+    assert lifecycle[0].data["iteration"] == 2
     [failed] = message_query(cluster_id=cid, where=MessageFilter(topic="CLUSTER_FAILED"))
     assert failed.data["reason"] == "max_iterations"
+    assert (failed.sender, failed.receiver) == ("worker", "system")
     assert cluster_get(cluster_id=cid).state == "failed"
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.apps import apps as django_apps
 from django.db import connection
 
-from ledger.interfaces import Conflict, MessageDraft, cluster_create, message_publish
+from ledger.interfaces import Conflict, MessageDraft, cluster_create, cluster_get, message_publish
 from ledger.models import Message
 from runs import states
 from runs.models import OPEN_STATES, Task, TaskState
@@ -200,8 +200,10 @@ def test_a_claim_that_cannot_build_fails_that_task_and_later_claims_move_on(
     huge = 3_000_000_000 if on_postgres else 2**63
     broken = agent("broken")
     broken["contextStrategy"]["maxTokens"] = huge
-    cid = running(broken, agent("fine"))
+    cid = running(broken)
+    other = running(agent("fine"), cluster_id="c2")
     publish(cid)
+    publish(other)
     # when workers claim
     first = claim(api, agents=["broken"])
     second = claim(api)
@@ -217,6 +219,9 @@ def test_a_claim_that_cannot_build_fails_that_task_and_later_claims_move_on(
         broken_task.id,
     )
     assert claim(api).status_code == 204
+    # and an agent that can never be built is critical: its cluster fails (SPEC §7.3)
+    assert cluster_get(cluster_id=cid).state == "failed"
+    assert cluster_get(cluster_id=other).state == "running"
 
 
 # --- idempotent completion (issue 17, item 12) --------------------------------------------------

@@ -111,9 +111,9 @@ def test_completing_twice_returns_the_same_messages_and_another_body_conflicts(
     task = claim(api)["task"]
     usage = {"inputTokens": 900, "outputTokens": 80, "model": "m", "costUsd": 0.01}
 
-    first = complete(api, task, {"summary": "done"}, usage=usage)
-    again = complete(api, task, {"summary": "done"}, usage=usage)
-    other = complete(api, task, {"summary": "something else"}, usage=usage)
+    first = complete(api, task, {"summary": "done", "result": "ok"}, usage=usage)
+    again = complete(api, task, {"summary": "done", "result": "ok"}, usage=usage)
+    other = complete(api, task, {"summary": "something else", "result": "ok"}, usage=usage)
 
     assert first.status_code == again.status_code == 200
     assert [m["id"] for m in again.json()["messages"]] == [
@@ -182,8 +182,9 @@ def test_a_retryable_failure_retries_with_backoff_then_fails_for_good(api: ApiCl
     assert events[-1].data["error"] == "crash again"
 
 
-def test_a_result_the_agent_config_refuses_fails_the_task_as_retryable(api: ApiClient) -> None:
-    cid = running(agent("worker", jsonSchema=SCHEMA, strictSchema=True, maxRetries=0))
+def test_a_validators_result_off_its_schema_fails_the_task_as_retryable(api: ApiClient) -> None:
+    # zeroshot: src/agent/agent-task-executor.js (a validator's schema mismatch throws)
+    cid = running(agent("checker", role="validator", jsonSchema=SCHEMA, maxRetries=0))
     publish(cid)
     task = claim(api)["task"]
 
