@@ -27,6 +27,8 @@ class ContextBuild(models.Model):
     # What the model billed for the prompt, as the agent reported it when its task completed
     # ({inputTokens, outputTokens, model?, costUsd?}): the estimate's reality check.
     reported_usage = models.JSONField(null=True, blank=True)
+    # The cluster's config version the build was made under (SPEC §2.2, §7.7).
+    config_version = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         indexes = (

@@ -403,6 +403,7 @@ def _record(
             final_tokens=outcome.result.budget.final_tokens,
             metrics=outcome.metrics,
             pack_texts=included_pack_texts(outcome.result),
+            config_version=plan.cluster.config_version,
         )
         writer.clock_advance(started_at)
         if settings.CONTEXT_METRICS_LEDGER:

@@ -28,6 +28,7 @@ _COLUMNS = (
     "final_tokens",
     "metrics",
     "pack_texts",
+    "config_version",
 )
 
 
@@ -63,6 +64,7 @@ def build_insert(
     final_tokens: int,
     metrics: dict[str, Any],
     pack_texts: list[list[str]],
+    config_version: int = 1,
 ) -> int:
     """Store a recorded build (inside the caller's transaction) and return its id."""
     sql, defaults = _insert(connection.vendor)
@@ -79,6 +81,7 @@ def build_insert(
         final_tokens,
         adapt_json(metrics, None),
         adapt_json(pack_texts, None),
+        config_version,
         *defaults,
     )
     with connection.cursor() as cursor:
