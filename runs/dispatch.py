@@ -40,8 +40,10 @@ from runs.logic import (
     LogicError,
     trigger_logic_evaluate,
 )
+from runs.models import Task
 from runs.services.queue import task_queue, tasks_cancel
 from runs.signals import tasks_changed
+from runs.states import TaskEvent, tasks_move
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,29 @@ class ConfigChange:
     message: MessageRecord
     diff: list[JSON]
 
+    def apply(self, writer: ClusterWriter) -> None:
+        ledger.cluster_config_change(
+            writer,
+            config=self.config,
+            sender=self.message.sender,
+            message_id=self.message.id,
+            diff=self.diff,
+            now=ledger.now_ms(),
+        )
+        # zeroshot stops a removed or replaced agent: its open tasks end with it.
+        gone = [
+            d["agent"]
+            for d in self.diff
+            if isinstance(d, Mapping) and d.get("change") in ("removed", "replaced")
+        ]
+        if gone:
+            tasks_move(
+                Task.objects.filter(cluster_id=writer.cluster_id, agent_id__in=gone),
+                TaskEvent.CANCEL,
+                now=ledger.now_ms(),
+                error="its agent was removed or replaced by CLUSTER_OPERATIONS",
+            )
+
 
 @dataclass
 class DispatchWrites:
@@ -85,14 +110,7 @@ class DispatchWrites:
                     queued += task_queue(writer=writer, agent=step.agent, message=step.message)
             elif isinstance(step, ConfigChange):
                 if writer.state == ClusterState.RUNNING:
-                    ledger.cluster_config_change(
-                        writer,
-                        config=step.config,
-                        sender=step.message.sender,
-                        message_id=step.message.id,
-                        diff=step.diff,
-                        now=ledger.now_ms(),
-                    )
+                    step.apply(writer)
             else:
                 writer.append([step], now=ledger.now_ms())
         if self.ends or writer.state != ClusterState.RUNNING:

@@ -118,7 +118,7 @@ def operations_plan(
     except _Invalid as invalid:
         return OperationsOutcome(drafts=[_validation_failed(invalid, operations)])
     try:
-        new_config, published = _execute(config, operations, sender=sender, find=find)
+        new_config, published, replaced = _execute(config, operations, sender=sender, find=find)
     except (_ChainError, _Invalid) as error:
         return OperationsOutcome(drafts=_failed(str(error), operations), fails_cluster=True)
     del warnings  # zeroshot logs them and proceeds
@@ -134,13 +134,17 @@ def operations_plan(
     )
     return OperationsOutcome(
         config=new_config,
-        diff=config_diff(config, new_config),
+        diff=config_diff(config, new_config, replaced=replaced),
         drafts=[*published, success],
     )
 
 
-def config_diff(old: Mapping[str, JSON], new: Mapping[str, JSON]) -> list[JSON]:
-    """Agent by agent, what a change did: ``[{agent, change: added|removed|changed}]``."""
+def config_diff(
+    old: Mapping[str, JSON], new: Mapping[str, JSON], *, replaced: set[str] | None = None
+) -> list[JSON]:
+    """Agent by agent, what a change did: ``[{agent, change}]``, the change ``added``,
+    ``removed``, ``replaced`` (added again under its id: a new agent, zeroshot stops the old
+    one) or ``changed`` (``update_agent``)."""
     before = {a.get("id"): a for a in _agents(old)}
     after = {a.get("id"): a for a in _agents(new)}
     diff: list[JSON] = []
@@ -150,6 +154,8 @@ def config_diff(old: Mapping[str, JSON], new: Mapping[str, JSON]) -> list[JSON]:
     for agent_id, agent in after.items():
         if agent_id not in before:
             diff.append({"agent": agent_id, "change": "added"})
+        elif agent_id in (replaced or set()):
+            diff.append({"agent": agent_id, "change": "replaced"})
         elif _canonical(before[agent_id]) != _canonical(agent):
             diff.append({"agent": agent_id, "change": "changed"})
     return diff
@@ -272,17 +278,19 @@ def _execute(
     *,
     sender: str,
     find: TemplateLookup,
-) -> tuple[dict[str, JSON], list[MessageDraft]]:
-    """zeroshot's ``_executeOperations`` on a copy: the new config and the published drafts."""
+) -> tuple[dict[str, JSON], list[MessageDraft], set[str]]:
+    """zeroshot's ``_executeOperations`` on a copy: the new config, the published drafts and
+    the ids of the agents added again (replaced)."""
     new_config = copy.deepcopy(dict(config))
     agents = [copy.deepcopy(a) for a in _agents(config)]
     published: list[MessageDraft] = []
+    replaced: set[str] = set()
     for index, op in enumerate(operations):
         assert isinstance(op, Mapping)  # _chain_check
         action = op["action"]
         where = f"operation {index} ({action})"
         if action == "add_agents":
-            _add(agents, op.get("agents"), where=where)
+            replaced |= _add(agents, op.get("agents"), where=where)
         elif action == "remove_agents":
             ids = op.get("agentIds")
             if not isinstance(ids, list):
@@ -293,23 +301,28 @@ def _execute(
         elif action == "publish":
             published.append(_publish(op, sender=sender, where=where))
         elif action == "load_config":
-            _add(agents, _loaded(op.get("config"), find), where=where)
+            replaced |= _add(agents, _loaded(op.get("config"), find), where=where)
             # Templates hold no completion agent: zeroshot's orchestrator adds its own.
             if not any(a.get("id") in (COMPLETION_DETECTOR_ID, GIT_PUSHER_ID) for a in agents):
                 agents.append(completion_detector())
     new_config["agents"] = agents
-    return new_config, published
+    return new_config, published, replaced
 
 
-def _add(agents: list[dict[str, JSON]], added: JSON, *, where: str) -> None:
-    """zeroshot's ``_opAddAgents``: an agent with a known id replaces it entirely."""
+def _add(agents: list[dict[str, JSON]], added: JSON, *, where: str) -> set[str]:
+    """zeroshot's ``_opAddAgents``: an agent with a known id replaces it entirely (the ids of
+    those replaced are returned)."""
     if not isinstance(added, list):
         raise _ChainError(f"{where}: add_agents operation missing agents array")
+    replaced: set[str] = set()
     for agent in added:
         if not isinstance(agent, Mapping) or not agent.get("id"):
             raise _ChainError(f"{where}: Agent config missing required field: id")
+        if any(a.get("id") == agent["id"] for a in agents):
+            replaced.add(str(agent["id"]))
         agents[:] = [a for a in agents if a.get("id") != agent["id"]]
         agents.append(copy.deepcopy(dict(agent)))
+    return replaced
 
 
 def _update(agents: list[dict[str, JSON]], op: Mapping[str, JSON], *, where: str) -> None:

@@ -9,9 +9,11 @@ completion-detector's trigger script is ``SHARED_TRIGGER_SCRIPT`` of
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from context.completion import COMPLETION_DETECTOR_ID, config_with_completion
 from context.models import ContextBuild
@@ -423,3 +425,68 @@ def test_the_detector_is_rechecked_after_an_operation_chain() -> None:
     publish(cid, "VALIDATION_RESULT", sender="someone", data=verdict(True))
     [complete] = ledger_of(cid, "CLUSTER_COMPLETE")
     assert complete.sender == COMPLETION_DETECTOR_ID
+
+
+def test_a_removed_agents_open_task_is_cancelled() -> None:
+    # zeroshot's _opRemoveAgents stops the agent: its queued task ends with it
+    cid = running(agent("worker", "START"), agent("extra", "GO"), ENDS)
+    publish(cid, "GO")
+    assert tasks(cid) == [("extra", "GO")]
+
+    operations(cid, {"action": "remove_agents", "agentIds": ["extra"]})
+
+    assert list(Task.objects.filter(cluster_id=cid).values_list("state", flat=True)) == [
+        "cancelled"
+    ]
+
+
+# --- the conductor watchdog -------------------------------------------------------------------
+
+
+def conductor(topic: str) -> dict[str, Any]:
+    hook = {"action": "publish_message", "config": {"topic": topic, "content": {"text": "x"}}}
+    return agent("junior", "ISSUE_OPENED", role="conductor", hooks={"onComplete": hook})
+
+
+def work_one(api: ApiClient) -> None:
+    claimed = api.post("/api/v1/tasks/claim", {"wait": 0, "worker": "test"})
+    assert claimed.status_code == 200, claimed.content
+    task = claimed.json()["task"]
+    done = api.post(
+        f"/api/v1/tasks/{task['id']}/complete",
+        {"lease_id": task["lease_id"], "result": {"summary": "s"}, "output": "done"},
+    )
+    assert done.status_code == 200, done.content
+
+
+@pytest.mark.parametrize(
+    ("published", "fails"), [("NOT_OPERATIONS", True), ("CLUSTER_OPERATIONS", False)]
+)
+def test_a_conductor_that_completes_without_operations_fails_its_cluster(
+    api: ApiClient, monkeypatch: pytest.MonkeyPatch, published: str, fails: bool
+) -> None:
+    # given a conductor whose hook publishes something else than CLUSTER_OPERATIONS
+    cid = running(conductor(published), ENDS)
+    publish(cid, "ISSUE_OPENED", sender="system")
+    work_one(api)
+    monkeypatch.setattr("runs.watchdog._last_look", 0.0)  # this process looked a moment ago
+
+    # when the next claim comes after CONDUCTOR_WATCHDOG_SECONDS
+    with override_settings(CONDUCTOR_WATCHDOG_SECONDS=0.05):
+        time.sleep(0.1)
+        assert api.post("/api/v1/tasks/claim", {"wait": 0}).status_code == 204
+
+    # then zeroshot's watchdog message failed the cluster (orchestrator.js
+    # _registerConductorWatchdog), unless the conductor published CLUSTER_OPERATIONS
+    failed = ledger_of(cid, "CLUSTER_FAILED")
+    assert bool(failed) is fails
+    if fails:
+        assert failed[0].sender == "orchestrator"
+        assert failed[0].text == (
+            "Conductor completed but CLUSTER_OPERATIONS never published - hook failure"
+        )
+        assert failed[0].data["reason"] == "CONDUCTOR_WATCHDOG_TIMEOUT"
+        assert failed[0].data["timeoutMs"] == 50
+        assert cluster_get(cluster_id=cid).state == "failed"
+    else:
+        assert cluster_get(cluster_id=cid).state == "running"
