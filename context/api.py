@@ -164,6 +164,7 @@ class BuildSummaryOut(Schema):
     trigger_message_id: str
     trigger_topic: str
     metrics: dict[str, Any]
+    config_version: int = Field(1, description="the cluster's config version it was made under")
 
 
 class BuildPageOut(Schema):

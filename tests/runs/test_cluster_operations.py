@@ -320,6 +320,8 @@ def test_a_recorded_build_names_the_config_version_it_used(api: ApiClient) -> No
     assert claimed.status_code == 200, claimed.content
     build = ContextBuild.objects.get(cluster_id=cid, agent_id="late")
     assert build.config_version == 2
+    listed = api.get(f"/api/v1/clusters/{cid}/builds").json()["items"]
+    assert [(b["agent_id"], b["config_version"]) for b in listed] == [("late", 2)]
 
 
 # --- zeroshot's completion-detector -----------------------------------------------------------
