@@ -142,7 +142,7 @@ class Dispatcher:
             return None
         writes = DispatchWrites()
         running = batch.cluster.state == ClusterState.RUNNING
-        config = batch.cluster.config
+        config, version = batch.cluster.config, batch.cluster.config_version
         try:
             # zeroshot's completion-detector joins a config without a completion handler.
             agents = config_agents(config_with_completion(config))
@@ -168,13 +168,14 @@ class Dispatcher:
                     break
             if running and message.topic == operations.CLUSTER_OPERATIONS:
                 outcome = operations.operations_plan(
-                    message, config=config, template=batch.cluster.template
+                    message, config=config, template=batch.cluster.template, version=version
                 )
                 if outcome is not None and outcome.config is not None:
                     changed = config_agents(config_with_completion(outcome.config))
                     writes.steps.append(ConfigChange(outcome.config, message, outcome.diff))
                     # Agents that join trigger on what comes after this message only.
                     config, agents = outcome.config, changed
+                    version += 1
                     info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
                 if outcome is not None:
                     writes.steps.extend(outcome.drafts)

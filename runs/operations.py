@@ -48,6 +48,9 @@ ACTIONS: Final = ("add_agents", "remove_agents", "update_agent", "publish", "loa
 # Bounds of one chain (docs/decisions/0121-cluster-operations.md): far past any conductor's.
 OPERATIONS_MAX: Final = 50
 AGENTS_MAX: Final = 100
+# A cluster's config after a chain, serialised; and the versions one cluster may make.
+CONFIG_MAX_BYTES: Final = 4 * 1024 * 1024
+VERSIONS_MAX: Final = 200
 # zeroshot's TEMPLATE_NAME_PATTERN (template-resolver.js): a name, never a path.
 _TEMPLATE_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 _ERRORS_SHOWN: Final = 50
@@ -98,6 +101,7 @@ def operations_plan(
     *,
     config: Mapping[str, JSON],
     template: str | None,
+    version: int = 1,
     lookup: TemplateLookup | None = None,
 ) -> OperationsOutcome | None:
     """Validate, then execute on a copy of ``config``, the operations of ``message``.
@@ -113,6 +117,8 @@ def operations_plan(
     sender = message.sender
     try:
         _chain_check(operations)
+        if version >= VERSIONS_MAX:
+            raise _Invalid([f"the cluster's config has {version} versions; at most {VERSIONS_MAX}"])
         proposed = _proposed(config, operations, find)
         warnings = _proposed_check(proposed)
     except _Invalid as invalid:
@@ -222,6 +228,9 @@ def _proposed_check(agents: list[dict[str, JSON]]) -> list[str]:
     and synthetic completion handler (``_prepareValidationAgentConfigs``) where it adds them."""
     if len(agents) > AGENTS_MAX:
         raise _Invalid([f"the chain leaves {len(agents)} agents; at most {AGENTS_MAX}"])
+    size = len(json.dumps(agents, ensure_ascii=False).encode())
+    if size > CONFIG_MAX_BYTES:
+        raise _Invalid([f"the chain leaves a config of {size} bytes; at most {CONFIG_MAX_BYTES}"])
     checked = copy.deepcopy(agents)
     ids = {a.get("id") for a in checked}
     has_validator = any(a.get("role") == "validator" for a in checked)

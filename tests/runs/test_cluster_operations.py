@@ -492,3 +492,23 @@ def test_a_conductor_that_completes_without_operations_fails_its_cluster(
         assert cluster_get(cluster_id=cid).state == "failed"
     else:
         assert cluster_get(cluster_id=cid).state == "running"
+
+
+def test_a_cluster_makes_a_bounded_number_of_versions_of_a_bounded_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("runs.operations.VERSIONS_MAX", 2)
+    monkeypatch.setattr("runs.operations.CONFIG_MAX_BYTES", 2_000)
+    cid = running(agent("worker", "START"), ENDS)
+
+    # a config past its size is refused; the cluster runs on
+    operations(cid, {"action": "add_agents", "agents": [agent("big", "GO", prompt="x" * 3_000)]})
+    operations(cid, {"action": "add_agents", "agents": [agent("one", "GO")]})
+    # the second change would make a third version
+    operations(cid, {"action": "add_agents", "agents": [agent("two", "GO")]})
+
+    first, second = ledger_of(cid, "CLUSTER_OPERATIONS_VALIDATION_FAILED")
+    assert "at most 2000" in first.data["errors"][0]
+    assert "at most 2" in second.data["errors"][0]
+    assert agent_ids(cid) == ["worker", "closer", "one"]
+    assert cluster_get(cluster_id=cid).config_version == 2
