@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from django.conf import settings
+
 from context.cluster_templates import (
     ZEROSHOT_PREFIX,
     TemplateError,
@@ -91,7 +93,9 @@ def operations_of(message: MessageRecord) -> list[JSON] | None:
     if isinstance(operations, str):
         try:
             operations = json.loads(operations)
-        except ValueError:
+            # Text holds what a stored value may not: JSON nested past the ledger's depth.
+            ledger.json_encode_checked(operations, max_depth=settings.LEDGER_MAX_JSON_DEPTH)
+        except (ValueError, RecursionError, ledger.JsonValueError):
             return None
     return operations if isinstance(operations, list) else None
 

@@ -512,3 +512,16 @@ def test_a_cluster_makes_a_bounded_number_of_versions_of_a_bounded_size(
     assert "at most 2" in second.data["errors"][0]
     assert agent_ids(cid) == ["worker", "closer", "one"]
     assert cluster_get(cluster_id=cid).config_version == 2
+
+
+@pytest.mark.parametrize("text", ["[not json", "[" * 100_000 + "]" * 100_000, "[]"])
+def test_operations_text_that_is_no_usable_json_is_ignored(text: str) -> None:
+    # zeroshot ignores a CLUSTER_OPERATIONS whose operations text does not parse; so do we,
+    # also when it nests deeper than the ledger stores (the empty list fails validation)
+    cid = running(agent("worker", "START"), ENDS)
+    publish(cid, "CLUSTER_OPERATIONS", data={"operations": text})
+    expected = ["CLUSTER_OPERATIONS"] + (
+        ["CLUSTER_OPERATIONS_VALIDATION_FAILED"] if text == "[]" else []
+    )
+    assert [m.topic for m in ledger_of(cid)] == expected
+    assert cluster_get(cluster_id=cid).state == "running"
