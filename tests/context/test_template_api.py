@@ -141,3 +141,11 @@ def test_validate_names_agent_source_and_field(api: ApiClient) -> None:
         "/api/v1/templates/validate", {"template": template_get(name="single-worker").body}
     )
     assert ok.json()["valid"] is True
+
+
+def test_a_zeroshot_built_in_is_read_by_its_name_with_a_slash(api: ApiClient) -> None:
+    # zeroshot's templates are named zeroshot/<name>: their name reads back, escaped or not
+    for path in ("zeroshot/conductor-bootstrap", quote("zeroshot/conductor-bootstrap", safe="")):
+        one = api.get(f"/api/v1/templates/{path}")
+        assert one.status_code == 200, one.content
+        assert one.json()["name"] == "zeroshot/conductor-bootstrap"
