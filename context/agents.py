@@ -189,7 +189,8 @@ class AgentSpec:
 
 
 def config_ends_cluster(agents: Sequence[AgentSpec]) -> bool:
-    """Whether a config ends its cluster itself; else the built-in completion rule applies."""
+    """Whether a config ends its cluster itself (``context.completion`` adds zeroshot's agent
+    names to this test when it decides whether the completion-detector joins)."""
     return any(agent.ends_cluster for agent in agents)
 
 

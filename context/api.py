@@ -164,6 +164,7 @@ class BuildSummaryOut(Schema):
     trigger_message_id: str
     trigger_topic: str
     metrics: dict[str, Any]
+    config_version: int = Field(1, description="the cluster's config version it was made under")
 
 
 class BuildPageOut(Schema):
@@ -304,7 +305,8 @@ def templates_validate(request: HttpRequest, payload: TemplateValidateIn) -> dic
 
 
 @router.get(
-    "/templates/{name}",
+    # a path, not one segment: zeroshot's built-ins are named zeroshot/<name> (decision 0120)
+    "/templates/{path:name}",
     response={200: TemplateDetailOut, **error_responses(*READ_ERRORS)},
     summary="One cluster template",
 )

@@ -32,6 +32,8 @@ class ContextBuild(models.Model):
     # build once the task completed (zeroshot's rule), a build made over the API at once.
     guidance_through = models.BigIntegerField(null=True, blank=True)
     guidance_delivered = models.BooleanField(default=False)
+    # The cluster's config version the build was made under (SPEC §2.2, §7.7).
+    config_version = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         indexes = (

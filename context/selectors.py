@@ -32,6 +32,8 @@ class BuildRecord:
     metrics: dict[str, Any]
     pack_texts: list[list[str]] | None = None
     reported_usage: dict[str, Any] | None = None
+    # The cluster's config version the build was made under (SPEC §2.2, §7.7).
+    config_version: int = 1
 
     @property
     def reported_input_tokens(self) -> int | None:
@@ -71,6 +73,7 @@ def _record(build: ContextBuild, *, with_texts: bool) -> BuildRecord:
         metrics=build.metrics,
         pack_texts=build.pack_texts if with_texts else None,
         reported_usage=build.reported_usage,
+        config_version=build.config_version,
     )
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from context.agents import AgentConfigError, agents_parse, config_ends_cluster
+from context.agents import AgentConfigError, agents_parse
+from context.completion import (
+    COMPLETION_DETECTOR_ID,
+    agents_with_completion,
+    has_completion_handler,
+)
 from context.selectors import BuildRecord, build_latest_by_agent
 from context.strategy import agent_max_tokens
 from dashboard.templatetags.dashboard_ui import inspector_url
@@ -64,15 +69,22 @@ def usage_of(builds: list[BuildRecord]) -> Usage | None:
     )
 
 
-def agents_context(cluster: ClusterRecord) -> dict[str, Any]:
+def agents_context(
+    cluster: ClusterRecord, *, version: ledger.ConfigVersionRecord | None = None
+) -> dict[str, Any]:
     """Each agent with its state, current task and last build (three queries, and one more
-    that waits, when it lags, for the pipeline to pass the cluster's newest message)."""
+    that waits, when it lags, for the pipeline to pass the cluster's newest message).
+
+    The agents are those the cluster runs now (zeroshot's completion-detector included when
+    it joins), or those of an earlier config ``version`` (SPEC §7.7).
+    """
     ledger.pipeline.caught_up(cluster.id)
-    ids = [str(a.get("id", "")) for a in cluster.agents]
+    configured = agents_with_completion(version.agents if version else cluster.agents)
+    ids = [str(a.get("id", "")) for a in configured]
     activity = tasks.agent_activity(cluster_id=cluster.id, agent_ids=ids)
     latest = build_latest_by_agent(cluster_ids=[cluster.id])
     agents = []
-    for agent in cluster.agents:
+    for agent in configured:
         agent_id = str(agent.get("id", ""))
         build = latest.get((cluster.id, agent_id))
         agents.append(
@@ -89,30 +101,36 @@ def agents_context(cluster: ClusterRecord) -> dict[str, Any]:
         "cluster": cluster,
         "condition": tasks.cluster_conditions([cluster])[cluster.id],
         "agents": agents,
-        "live_agents": cluster.state in (ClusterState.RUNNING, ClusterState.STOPPING),
+        "config_version": version.version if version else cluster.config_version,
+        "past_version": version is not None and version.version != cluster.config_version,
+        "live_agents": version is None
+        and cluster.state in (ClusterState.RUNNING, ClusterState.STOPPING),
         "refresh_ms": AGENTS_REFRESH_MS,
         "now_ms": ledger.now_ms(),
     }
 
 
 def completion_of(agents: list[dict[str, Any]]) -> str:
-    """How the cluster ends, in words: by its own config, or by the built-in rule."""
+    """How the cluster ends, in words: by its own config, or by zeroshot's completion-detector,
+    which joins a config without a completion handler (SPEC §7.1)."""
     if not agents:
         return ""
     try:
         parsed = agents_parse(agents)
     except AgentConfigError as error:
         return f"Its config cannot run: {error.message}"
-    if config_ends_cluster(parsed):
-        return (
-            "Ends when one of its agents publishes CLUSTER_COMPLETE "
-            "(a stop_cluster trigger or a hook)."
+    if any(a.id == COMPLETION_DETECTOR_ID for a in parsed) or not has_completion_handler(agents):
+        validators = [a.id for a in parsed if a.role == VALIDATOR_ROLE]
+        waits = (
+            "every validator (" + ", ".join(validators) + ") or a consensus VALIDATION_RESULT"
+            if validators
+            else "the first VALIDATION_RESULT"
         )
-    validators = [a.id for a in parsed if a.role == VALIDATOR_ROLE]
-    if not validators:
-        return "Nothing in its config ends it: an operator stops it, or it fails."
+        return (
+            "Ends by zeroshot's completion-detector: CLUSTER_COMPLETE once "
+            + waits
+            + " approves the newest IMPLEMENTATION_READY, with evidence for each passed criterion."
+        )
     return (
-        "Ends by the built-in rule: CLUSTER_COMPLETE once the newest VALIDATION_RESULT of "
-        + ", ".join(validators)
-        + " approves the newest IMPLEMENTATION_READY."
+        "Ends when one of its agents publishes CLUSTER_COMPLETE (a stop_cluster trigger or a hook)."
     )

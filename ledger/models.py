@@ -37,6 +37,9 @@ class Cluster(models.Model):
     # Which runners may serve it (runner pools): a claim that asks for labels only gets tasks of
     # clusters carrying every one (``ledger.labels``, SPEC §7.4).
     labels = models.JSONField(default=dict, blank=True, db_default={})
+    # Which stored config it runs: 1 is the config it was created with; each successful
+    # ``CLUSTER_OPERATIONS`` chain adds a ``ClusterConfigVersion`` and moves this on (SPEC §7.7).
+    config_version = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         ordering = ("-created_at",)
@@ -52,6 +55,35 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ClusterConfigVersion(models.Model):
+    """One config a cluster ran (SPEC §7.7): who changed it, by which message, and the diff.
+
+    Version 1 (the config the cluster was created with) is stored when the first change comes.
+    """
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="config_versions", db_index=False
+    )
+    version = models.PositiveIntegerField()
+    config = models.JSONField(default=dict, blank=True)
+    sender = models.CharField(max_length=128, blank=True, default="")
+    message_id = models.CharField(max_length=128, blank=True, default="")
+    # What changed, agent by agent: ``[{"agent": id, "change": "added"|"removed"|"changed"}]``.
+    diff = models.JSONField(default=list, blank=True)
+    created_at = models.BigIntegerField(help_text="Milliseconds since the Unix epoch.")
+
+    class Meta:
+        ordering = ("cluster", "version")
+        constraints = (
+            models.UniqueConstraint(
+                fields=["cluster", "version"], name="cluster_config_version_unique"
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} v{self.version}"
 
 
 class Message(models.Model):

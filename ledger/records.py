@@ -120,10 +120,29 @@ class ClusterRecord:
     last_sequence: int = 0
     last_activity: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # The stored config it runs (SPEC §7.7): 1 until a ``CLUSTER_OPERATIONS`` chain changes it.
+    config_version: int = 1
 
     @property
     def agent_count(self) -> int:
         return len(self.agents)
+
+    @property
+    def agents(self) -> list[dict[str, JSON]]:
+        agents = self.config.get("agents") if isinstance(self.config, dict) else None
+        return [a for a in agents if isinstance(a, dict)] if isinstance(agents, list) else []
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigVersionRecord:
+    """One stored config of a cluster (SPEC §7.7), detached from the ORM."""
+
+    version: int
+    config: dict[str, JSON]
+    sender: str
+    message_id: str
+    diff: list[JSON]
+    created_at: int
 
     @property
     def agents(self) -> list[dict[str, JSON]]:

@@ -153,3 +153,6 @@ class ClusterOut(Schema):
 class ClusterDetailOut(ClusterOut):
     agents: list[dict[str, Any]]
     params: dict[str, Any]
+    config_version: int = Field(
+        1, description="the stored config it runs: 1, then one more per CLUSTER_OPERATIONS change"
+    )

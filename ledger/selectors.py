@@ -53,6 +53,7 @@ def cluster_record(cluster: Cluster) -> ClusterRecord:
         last_sequence=cluster.last_sequence,
         last_activity=last_message_at or None,
         labels=labels_stored(cluster.labels),
+        config_version=getattr(cluster, "config_version", 1) or 1,
     )
 
 

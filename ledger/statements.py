@@ -116,6 +116,7 @@ def _cluster_select(vendor: str) -> str:
         "params",
         "last_sequence",
         "labels",
+        "config_version",
     )
     clusters = connection.ops.quote_name(Cluster._meta.db_table)
     messages = connection.ops.quote_name(Message._meta.db_table)
@@ -194,7 +195,9 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     found = _rows(_cluster_select(connection.vendor), [cluster_id])
     if not found:
         return None
-    id_, created_at, state, config, template, params, last_sequence, labels, newest = found[0]
+    (id_, created_at, state, config, template, params, last_sequence, labels, version, newest) = (
+        found[0]
+    )
     config, params = _json(config), _json(params)
     return ClusterRecord(
         id=id_,
@@ -207,6 +210,7 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
         last_sequence=last_sequence,
         last_activity=newest or None,
         labels=labels_stored(_json(labels)),
+        config_version=version or 1,
     )
 
 

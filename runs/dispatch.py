@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from context.agents import AgentConfigError, AgentSpec, config_agents, config_ends_cluster
+from context.agents import AgentConfigError, AgentSpec, config_agents
+from context.completion import config_with_completion
 from ledger import interfaces as ledger
 from ledger.interfaces import (
     ENDING_TOPICS,
@@ -29,7 +30,7 @@ from ledger.interfaces import (
     MessageRecord,
     Topic,
 )
-from runs import lifecycle
+from runs import lifecycle, operations
 from runs.logic import (
     DEFAULT_STOP_REASON,
     VIEW_MAX_MESSAGES,
@@ -39,8 +40,10 @@ from runs.logic import (
     LogicError,
     trigger_logic_evaluate,
 )
+from runs.models import Task
 from runs.services.queue import task_queue, tasks_cancel
 from runs.signals import tasks_changed
+from runs.states import TaskEvent, tasks_move
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +63,43 @@ class QueueTask:
     message: MessageRecord
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """A successful ``CLUSTER_OPERATIONS`` chain: the cluster's next config version (§7.7)."""
+
+    config: dict[str, JSON]
+    message: MessageRecord
+    diff: list[JSON]
+
+    def apply(self, writer: ClusterWriter) -> None:
+        ledger.cluster_config_change(
+            writer,
+            config=self.config,
+            sender=self.message.sender,
+            message_id=self.message.id,
+            diff=self.diff,
+            now=ledger.now_ms(),
+        )
+        # zeroshot stops a removed or replaced agent: its open tasks end with it.
+        gone = [
+            d["agent"]
+            for d in self.diff
+            if isinstance(d, Mapping) and d.get("change") in ("removed", "replaced")
+        ]
+        if gone:
+            tasks_move(
+                Task.objects.filter(cluster_id=writer.cluster_id, agent_id__in=gone),
+                TaskEvent.CANCEL,
+                now=ledger.now_ms(),
+                error="its agent was removed or replaced by CLUSTER_OPERATIONS",
+            )
+
+
 @dataclass
 class DispatchWrites:
     """What a batch's messages lead to, in the order they led to it."""
 
-    steps: list[QueueTask | MessageDraft] = field(default_factory=list)
+    steps: list[QueueTask | MessageDraft | ConfigChange] = field(default_factory=list)
     ends: bool = False
 
     def apply(self, writer: ClusterWriter) -> None:
@@ -73,6 +108,9 @@ class DispatchWrites:
             if isinstance(step, QueueTask):
                 if writer.state == ClusterState.RUNNING:
                     queued += task_queue(writer=writer, agent=step.agent, message=step.message)
+            elif isinstance(step, ConfigChange):
+                if writer.state == ClusterState.RUNNING:
+                    step.apply(writer)
             else:
                 writer.append([step], now=ledger.now_ms())
         if self.ends or writer.state != ClusterState.RUNNING:
@@ -104,13 +142,14 @@ class Dispatcher:
             return None
         writes = DispatchWrites()
         running = batch.cluster.state == ClusterState.RUNNING
+        config, version = batch.cluster.config, batch.cluster.config_version
         try:
-            agents = config_agents(batch.cluster.config)
+            # zeroshot's completion-detector joins a config without a completion handler.
+            agents = config_agents(config_with_completion(config))
         except AgentConfigError as error:
             # Only a config stored before configs were parsed at creation can get here.
             return _config_refused(writes, error) if running else None
         info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
-        completion_rule = not config_ends_cluster(agents)
         view = self._view(batch)
         live = {m.sequence for m in batch.live}
         for message in batch.messages:
@@ -127,9 +166,20 @@ class Dispatcher:
                 if isinstance(step, MessageDraft):
                     running = False  # stop_cluster: nothing triggers after it
                     break
-            if running and completion_rule and builtin_completion_due(message, view, agents):
-                writes.steps.append(_complete(sender="system", reason=DEFAULT_STOP_REASON))
-                running = False
+            if running and message.topic == operations.CLUSTER_OPERATIONS:
+                outcome = operations.operations_plan(
+                    message, config=config, template=batch.cluster.template, version=version
+                )
+                if outcome is not None and outcome.config is not None:
+                    changed = config_agents(config_with_completion(outcome.config))
+                    writes.steps.append(ConfigChange(outcome.config, message, outcome.diff))
+                    # Agents that join trigger on what comes after this message only.
+                    config, agents = outcome.config, changed
+                    version += 1
+                    info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
+                if outcome is not None:
+                    writes.steps.extend(outcome.drafts)
+                    running = running and not outcome.fails_cluster
         self._keep(batch.cluster.id, view, batch.upto)
         return writes if writes.steps or writes.ends else None
 
@@ -208,37 +258,6 @@ def offered(message: MessageRecord) -> bool:
         and isinstance(data, Mapping)
         and data.get("phase") == "trigger_logic"
     )
-
-
-def builtin_completion_due(
-    message: MessageRecord, view: LedgerView, agents: Sequence[AgentSpec]
-) -> bool:
-    """The built-in completion rule (SPEC §7.1): after the newest ``IMPLEMENTATION_READY``,
-    the newest ``VALIDATION_RESULT`` of every validator approves."""
-    if message.topic != Topic.VALIDATION_RESULT:
-        return False
-    validators = [a.id for a in agents if a.role == VALIDATOR_ROLE]
-    if not validators:
-        return False
-    newest: dict[str, JSON] = {}
-    handoff = False
-    for entry in reversed(view.messages):
-        if entry["topic"] == Topic.IMPLEMENTATION_READY:
-            handoff = True
-            break
-        if entry["topic"] == Topic.VALIDATION_RESULT and entry["sender"] not in newest:
-            newest[entry["sender"]] = entry
-    if not handoff or any(v not in newest for v in validators):
-        return False
-    return all(_approves(newest[v]) for v in validators)
-
-
-def _approves(entry: Mapping[str, JSON]) -> bool:
-    content = entry.get("content")
-    data = content.get("data") if isinstance(content, Mapping) else None
-    approved = data.get("approved") if isinstance(data, Mapping) else None
-    # JavaScript's String(approved) === "true", as zeroshot compares it.
-    return approved is True or approved == "true"
 
 
 def _complete(*, sender: str, reason: str) -> MessageDraft:

@@ -296,6 +296,11 @@ PIPELINE_RETRY_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_RETRY_SECONDS",
 # pass the cluster's newest message before it answers with what there is.
 PIPELINE_READ_WAIT_SECONDS = float(os.environ.get("ZEROSHOT_PIPELINE_READ_WAIT_SECONDS", 5.0))
 
+# Conductor watchdog (SPEC §7.7, zeroshot's orchestrator.js _registerConductorWatchdog): a
+# conductor-role task that completed this long ago without any CLUSTER_OPERATIONS in its
+# cluster fails the cluster (zeroshot: 30 s).
+CONDUCTOR_WATCHDOG_SECONDS = float(os.environ.get("CONDUCTOR_WATCHDOG_SECONDS", 30.0))
+
 # Runs (SPEC §7.3): a retried task waits this long, doubled per attempt, before its next claim.
 RUNS_RETRY_BASE_SECONDS = float(os.environ.get("ZEROSHOT_RETRY_BASE_SECONDS", 2.0))
 # A running cluster whose agents all sit idle, with nothing queued, claimed or waiting, for longer

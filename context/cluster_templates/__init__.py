@@ -14,7 +14,12 @@ Layout: ``spec`` (the error, params and their values), ``parse`` (shape checks),
 
 from __future__ import annotations
 
-from context.cluster_templates.builtin import BUILTIN_TEMPLATES_DIR, template_builtin_list
+from context.cluster_templates.builtin import (
+    BUILTIN_TEMPLATES_DIR,
+    ZEROSHOT_PREFIX,
+    template_builtin_list,
+    template_zeroshot_list,
+)
 from context.cluster_templates.parse import template_parse
 from context.cluster_templates.resolve import template_params, template_resolve
 from context.cluster_templates.spec import JSON, PARAM_TYPES, ParamSpec, TemplateError, TemplateSpec
@@ -23,6 +28,7 @@ __all__ = [
     "BUILTIN_TEMPLATES_DIR",
     "JSON",
     "PARAM_TYPES",
+    "ZEROSHOT_PREFIX",
     "ParamSpec",
     "TemplateError",
     "TemplateSpec",
@@ -30,4 +36,5 @@ __all__ = [
     "template_params",
     "template_parse",
     "template_resolve",
+    "template_zeroshot_list",
 ]

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("context", "0004_build_reported_usage"),
+        ("context", "0005_zeroshot_builtins_and_build_config_version"),
     ]
 
     operations = [

@@ -448,6 +448,7 @@ def _record(
             pack_texts=included_pack_texts(outcome.result),
             guidance_through=plan.guidance[-1].sequence if plan.guidance else None,
             guidance_delivered=guidance_delivered and bool(plan.guidance),
+            config_version=plan.cluster.config_version,
         )
         writer.clock_advance(started_at)
         if settings.CONTEXT_METRICS_LEDGER:

@@ -30,6 +30,7 @@ _COLUMNS = (
     "pack_texts",
     "guidance_through",
     "guidance_delivered",
+    "config_version",
 )
 
 
@@ -67,6 +68,7 @@ def build_insert(
     pack_texts: list[list[str]],
     guidance_through: int | None = None,
     guidance_delivered: bool = False,
+    config_version: int = 1,
 ) -> int:
     """Store a recorded build (inside the caller's transaction) and return its id."""
     sql, defaults = _insert(connection.vendor)
@@ -85,6 +87,7 @@ def build_insert(
         adapt_json(pack_texts, None),
         guidance_through,
         guidance_delivered,
+        config_version,
         *defaults,
     )
     with connection.cursor() as cursor:

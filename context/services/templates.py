@@ -30,6 +30,7 @@ from context.cluster_templates import (
     template_params,
     template_parse,
     template_resolve,
+    template_zeroshot_list,
 )
 from context.cluster_templates.actions import template_actions_check
 from context.models import ClusterTemplate, ClusterTemplateVersion
@@ -332,13 +333,14 @@ def template_save(*, name: str, body: JSON, note: str = "", builtin: bool = Fals
 def templates_load_builtin(
     *, template_model: Any = ClusterTemplate, version_model: Any = ClusterTemplateVersion
 ) -> list[str]:
-    """Create the built-in templates that are missing and return their names.
+    """Create the built-in templates that are missing (ours, then zeroshot's) and return their
+    names.
 
     Existing ones are left alone, even when the file changed: an operator may have edited them.
-    The data migration passes its historical models.
+    The data migrations pass their historical models.
     """
     created: list[str] = []
-    for name, body in template_builtin_list().items():
+    for name, body in {**template_builtin_list(), **template_zeroshot_list()}.items():
         check = template_check(body)
         if not check.valid:
             raise _invalid(name, check)

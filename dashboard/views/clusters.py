@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from context.completion import agents_with_completion
 from context.selectors import BuildRecord, build_latest_by_agent
 from context.services.templates import template_list
 from dashboard.activity import agents_context, completion_of, usage_of
@@ -198,7 +199,7 @@ def cluster_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         region="timeline",
         context=_timeline_context(cluster, values, timeline, list(errors.values())),
         page_context=lambda: {
-            **_cluster_panels(cluster, messages),
+            **_cluster_panels(cluster, messages, picked=request.GET.get("config_version", "")),
             "run_error": request.GET.get("run_error", "")[:300],
         },
     )
@@ -251,9 +252,19 @@ def timeline_missed(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
     return HttpResponse("".join(fragments))
 
 
-def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> dict[str, Any]:
-    """What the page shows beside the timeline: snapshot, agents, topology, filter choices."""
-    panel = agents_context(cluster)
+def _cluster_panels(
+    cluster: ClusterRecord, messages: list[MessageRecord], *, picked: str = ""
+) -> dict[str, Any]:
+    """What the page shows beside the timeline: snapshot, agents, topology, filter choices.
+
+    ``picked`` is a config version (SPEC §7.7) to show the agents and topology as of: the
+    cluster's versions are listed (one query), and an unknown one shows the current config.
+    """
+    versions = ledger.cluster_config_versions(cluster_id=cluster.id)
+    shown = next((v for v in versions if str(v.version) == picked), None)
+    if shown is not None and shown.version == cluster.config_version:
+        shown = None
+    panel = agents_context(cluster, version=shown)
     agents = panel["agents"]
     # Suggestions for the filter inputs, from the config and the page: no scan of the ledger.
     topics = sorted(
@@ -264,14 +275,43 @@ def _cluster_panels(cluster: ClusterRecord, messages: list[MessageRecord]) -> di
     return {
         **panel,
         "snapshot": snapshot_latest(cluster_id=cluster.id),
-        "topology": topology(cluster.agents),
-        "completion": completion_of(cluster.agents),
+        **topology_context(cluster, shown, versions),
         "metrics_url": reverse("dashboard:metrics", kwargs={"cluster_id": cluster.id}),
+        "topic_choices": topics,
+        "sender_choices": senders,
+    }
+
+
+def topology_context(
+    cluster: ClusterRecord,
+    shown: ledger.ConfigVersionRecord | None,
+    versions: list[ledger.ConfigVersionRecord],
+) -> dict[str, Any]:
+    """The topology panel: the agents as the cluster runs them now (zeroshot's
+    completion-detector included when it joins) or as of ``shown``, and the version picker."""
+    configured = agents_with_completion(shown.agents if shown else cluster.agents)
+    return {
+        "topology": topology(configured),
+        "completion": completion_of(configured),
+        "config_versions": [_version_row(cluster, v) for v in versions],
+        "config_version": shown.version if shown else cluster.config_version,
         "tones": range(TOPIC_TONES),
         "node_w": NODE_W,
         "node_h": NODE_H,
-        "topic_choices": topics,
-        "sender_choices": senders,
+    }
+
+
+def _version_row(cluster: ClusterRecord, version: ledger.ConfigVersionRecord) -> dict[str, Any]:
+    """One config version for the picker: its number, who made it and what it changed."""
+    changes = [d for d in version.diff if isinstance(d, dict)]
+    signs = {"added": "+", "removed": "-", "changed": "~"}
+    what = " ".join(f"{signs.get(str(d.get('change')), '')}{d.get('agent')}" for d in changes)
+    return {
+        "version": version.version,
+        "sender": version.sender,
+        "summary": what or "the config it was created with",
+        "current": version.version == cluster.config_version,
+        "created_at": version.created_at,
     }
 
 

@@ -22,6 +22,7 @@ from dashboard.forms import GuidanceForm, IssueForm, LaunchForm, TaskListForm
 from dashboard.http import HtmxHttpRequest, render_page_or_region, wants_region
 from dashboard.presentation import bar_geometry, decision_rows, time_text
 from dashboard.templatetags.dashboard_ui import inspector_url
+from dashboard.views.clusters import topology_context
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ClusterState, NotFound, ServiceError
 from runs import selectors as tasks
@@ -49,7 +50,13 @@ def agents_panel(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
     if not wants_region(request):
         return HttpResponseRedirect(reverse("dashboard:cluster", kwargs={"cluster_id": cluster_id}))
     cluster = _cluster_or_404(cluster_id)
-    return render(request, "dashboard/_agents_panel.html", {**agents_context(cluster), "oob": True})
+    context = {**agents_context(cluster), "oob": True}
+    if request.GET.get("v", "") != str(cluster.config_version):
+        # A CLUSTER_OPERATIONS chain changed the config since the page was drawn: the
+        # topology and the version picker come along (SPEC §7.7).
+        versions = ledger.cluster_config_versions(cluster_id=cluster.id)
+        context |= topology_context(cluster, None, versions)
+    return render(request, "dashboard/_agents_panel.html", context)
 
 
 @require_POST

@@ -16,6 +16,11 @@ from ledger.services.clusters import (
     cluster_id_generate,
     cluster_state_set,
 )
+from ledger.services.config_versions import (
+    cluster_config_at,
+    cluster_config_change,
+    cluster_config_versions,
+)
 from ledger.services.drafts import MessageDraft, drafts_check, message_draft_check
 from ledger.services.imported_rows import (
     ImportedMessage,
@@ -39,7 +44,10 @@ __all__ = [
     "ImportRows",
     "ImportedMessage",
     "MessageDraft",
+    "cluster_config_at",
+    "cluster_config_change",
     "cluster_config_check",
+    "cluster_config_versions",
     "cluster_create",
     "cluster_create_transaction",
     "cluster_id_generate",

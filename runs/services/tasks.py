@@ -58,6 +58,7 @@ from runs.records import TaskRecord
 from runs.selectors import task_record
 from runs.signals import tasks_changed
 from runs.states import TaskEvent, task_move
+from runs.watchdog import conductor_watchdogs_fire
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ def task_claim(
     started_ns = time.time_ns()  # observe: the claim's span
     lease = _lease_seconds(lease_seconds)
     tasks_expire(now=ledger.now_ms())
+    conductor_watchdogs_fire(now=ledger.now_ms())
     wanted = _Wanted(
         cluster_id=cluster_id,
         agents=tuple(agents),

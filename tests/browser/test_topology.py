@@ -25,7 +25,9 @@ def test_four_agents_fit_their_panel(signed_in_page: Any, screenshot: Any, width
     texts = panel.locator("svg.topology text").evaluate_all(
         "ts => ts.map(t => { const b = t.getBoundingClientRect(); return [b.left, b.right]; })"
     )
-    assert len(texts) == 5 + 3  # the four agents and the outside; one label per topic
+    # the four agents, zeroshot's completion-detector (the config has no completion handler:
+    # orchestrator.js _injectCompletionAgent) and the outside; one label per topic
+    assert len(texts) == 6 + 4
     for left, right in texts:
         assert box["x"] <= left, (left, box)
         assert right <= box["x"] + box["width"], (right, box)

@@ -146,3 +146,17 @@ def test_prompts_are_our_own_words() -> None:
         for agent in BUILTINS[name]["agents"]:
             shared = _shingles(agent["prompt"]["system"]) & theirs
             assert not shared, (name, agent["id"], sorted(shared)[:3])
+
+
+def test_zeroshots_templates_ship_unchanged_as_built_ins() -> None:
+    # given zeroshot's seven templates as the suite keeps them (byte-identical to zeroshot's)
+    from context.cluster_templates import BUILTIN_TEMPLATES_DIR, template_zeroshot_list
+    from tests.fixtures import ZEROSHOT
+
+    fixtures = sorted((ZEROSHOT / "templates").glob("*.json"))
+    # then each ships as a built-in, unchanged, named zeroshot/<name>, with zeroshot's licence
+    shipped = BUILTIN_TEMPLATES_DIR / "zeroshot"
+    for fixture in fixtures:
+        assert (shipped / fixture.name).read_bytes() == fixture.read_bytes()
+    assert sorted(template_zeroshot_list()) == [f"zeroshot/{p.stem}" for p in fixtures]
+    assert (shipped / "LICENSE").read_bytes() == (ZEROSHOT / "LICENSE").read_bytes()

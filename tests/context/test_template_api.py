@@ -16,7 +16,21 @@ from tests.fixtures import ZEROSHOT
 pytestmark = pytest.mark.django_db
 
 FIXTURE_TEMPLATES = ZEROSHOT / "templates"
-BUILTIN_NAMES = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]
+OWN_BUILTINS = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]
+# zeroshot's cluster-templates/, shipped as built-ins (context/builtin_templates/zeroshot/)
+ZEROSHOT_BUILTINS = [
+    f"zeroshot/{name}"
+    for name in (
+        "conductor-bootstrap",
+        "debug-workflow",
+        "full-workflow",
+        "heavy-validation",
+        "quick-validation",
+        "single-worker",
+        "worker-validator",
+    )
+]
+BUILTIN_NAMES = OWN_BUILTINS + ZEROSHOT_BUILTINS
 
 
 @pytest.fixture(autouse=True)
@@ -51,11 +65,11 @@ def test_the_seven_zeroshot_templates_import_and_are_listed(api: ApiClient) -> N
     paths = sorted(FIXTURE_TEMPLATES.glob("*.json"))
     assert len(paths) == 7
     call_command("import_template", *[str(p) for p in paths])
-    # then they validate without errors and sit beside the four built-ins
+    # then they validate without errors and sit beside the eleven built-ins
     for path in paths:
         call_command("validate_template", str(path))
     listed = api.get("/api/v1/templates").json()
-    assert len(listed) == 11
+    assert len(listed) == 18
     imported = [t for t in listed if not t["builtin"]]
     assert len(imported) == 7
     assert "Worker + Validator" in {t["name"] for t in imported}
@@ -127,3 +141,11 @@ def test_validate_names_agent_source_and_field(api: ApiClient) -> None:
         "/api/v1/templates/validate", {"template": template_get(name="single-worker").body}
     )
     assert ok.json()["valid"] is True
+
+
+def test_a_zeroshot_built_in_is_read_by_its_name_with_a_slash(api: ApiClient) -> None:
+    # zeroshot's templates are named zeroshot/<name>: their name reads back, escaped or not
+    for path in ("zeroshot/conductor-bootstrap", quote("zeroshot/conductor-bootstrap", safe="")):
+        one = api.get(f"/api/v1/templates/{path}")
+        assert one.status_code == 200, one.content
+        assert one.json()["name"] == "zeroshot/conductor-bootstrap"

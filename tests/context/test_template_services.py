@@ -22,7 +22,21 @@ from ledger.errors import InvalidInput, NotFound
 
 pytestmark = pytest.mark.django_db
 
-BUILTIN_NAMES = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]
+OWN_BUILTINS = ["debug-workflow", "planner-worker-validators", "single-worker", "worker-validator"]
+# zeroshot's cluster-templates/, shipped as built-ins (context/builtin_templates/zeroshot/)
+ZEROSHOT_BUILTINS = [
+    f"zeroshot/{name}"
+    for name in (
+        "conductor-bootstrap",
+        "debug-workflow",
+        "full-workflow",
+        "heavy-validation",
+        "quick-validation",
+        "single-worker",
+        "worker-validator",
+    )
+]
+BUILTIN_NAMES = OWN_BUILTINS + ZEROSHOT_BUILTINS
 
 
 def small_template(**changes: Any) -> dict[str, Any]:

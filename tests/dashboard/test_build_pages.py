@@ -285,6 +285,9 @@ def test_the_inspector_lists_recorded_builds_to_compare(operator: Client) -> Non
     assert f'name="a" value="{a}" aria-label="Build {a} as A" checked' in html
     assert f'name="b" value="{b}" aria-label="Build {b} as B" checked' in html
     assert diff_url(cid) in html
+    # each build names the config version it was made under (SPEC §7.7), linked to the
+    # cluster as of that version
+    assert html.count(f'href="/clusters/{cid}/?config_version=1"') == 2
 
 
 def test_metrics_draws_a_bar_per_build_with_a_text_alternative(operator: Client) -> None:

@@ -80,7 +80,10 @@ def test_the_agents_panel_query_count_is_pinned(
     # session, user, cluster, the pipeline's cursor (read-your-writes), open tasks, finished
     # tasks, latest builds
     with django_assert_num_queries(7):
-        operator.get(f"/clusters/{cid}/agents-panel/", headers=HX)
+        operator.get(f"/clusters/{cid}/agents-panel/", {"v": 1}, headers=HX)
+    # a page drawn from another config version gets the topology too: its versions, one more
+    with django_assert_num_queries(8):
+        operator.get(f"/clusters/{cid}/agents-panel/", {"v": 0}, headers=HX)
 
 
 def test_a_cluster_is_started_from_a_template_with_an_issue(operator: Client) -> None:
@@ -267,8 +270,11 @@ def test_the_topology_says_how_the_cluster_ends(operator: Client) -> None:
 
     assert "stop_cluster trigger" in operator.get(f"/clusters/{own}/").content.decode()
     html = operator.get(f"/clusters/{builtin}/").content.decode()
-    assert "built-in rule" in html
-    assert "VALIDATION_RESULT of checker approves" in html
+    # zeroshot's completion-detector joins a config without a completion handler
+    # (orchestrator.js _injectCompletionAgent), and the topology shows it
+    assert "Ends by zeroshot&#x27;s completion-detector" in html
+    assert "every validator (checker)" in html
+    assert "<title>completion-detector</title>" in html
 
 
 def test_the_agents_panel_opened_directly_leads_to_the_cluster_page(operator: Client) -> None:

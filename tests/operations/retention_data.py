@@ -1,5 +1,5 @@
 """Clusters full of rows to prune: messages stored the fast way (the import path), builds,
-tasks and a scoped key."""
+tasks, config versions and a scoped key."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.db import models
 
 from context.models import ContextBuild
 from ledger.keys import api_key_create
-from ledger.models import Cluster
+from ledger.models import Cluster, ClusterConfigVersion
 from ledger.search import FTS_TABLE
 from ledger.services import ImportedMessage, cluster_create, message_import_batch
 from runs.models import Task
@@ -60,6 +60,11 @@ def cluster_filled(
             available_at=at + b,
         )
     api_key_create(name=f"key-{cluster_id}", cluster_id=cluster_id)
+    # Two config versions, as a CLUSTER_OPERATIONS chain leaves them (SPEC §7.7).
+    for version in (1, 2):
+        ClusterConfigVersion.objects.create(
+            cluster_id=cluster_id, version=version, config={"agents": []}, created_at=at
+        )
     # The cluster's clock stays where its history ended.
     Cluster.objects.filter(pk=cluster_id).update(last_timestamp=at + messages // 100)
 

@@ -18,7 +18,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DEMO_SCRIPT = Path(__file__).resolve().parents[2] / "dashboard" / "demo" / "agents.json"
 
 
-@pytest.mark.parametrize("template", sorted(template_builtin_list()))
+# zeroshot's default entry point runs on a fresh ``make run`` too: the demo's junior conductor
+# routes SIMPLE:TASK, and the worker-validator its CLUSTER_OPERATIONS loads runs to its end.
+@pytest.mark.parametrize(
+    "template", [*sorted(template_builtin_list()), "zeroshot/conductor-bootstrap"]
+)
 def test_the_demo_script_runs_each_builtin_template_to_completion(
     api: ApiClient, builtin_templates: None, template: str
 ) -> None:

@@ -144,7 +144,8 @@ def zeroshot_template(name: str, params: dict[str, Any]) -> str:
 
 
 def test_the_zeroshot_worker_validator_template_runs_the_same(api: ApiClient) -> None:
-    # given zeroshot's worker-validator, which ends by the built-in completion rule
+    # given zeroshot's worker-validator, which has no completion handler: zeroshot's
+    # completion-detector joins it (orchestrator.js _injectCompletionAgent)
     cluster_id = zeroshot_template("worker-validator", {"task_type": "TASK"})
     start(api, cluster_id)
     worker = ScriptedWorker(
@@ -159,6 +160,10 @@ def test_the_zeroshot_worker_validator_template_runs_the_same(api: ApiClient) ->
 
     assert [c["task"]["agent_id"] for c in claims] == ["worker", "validator"] * 2
     assert cluster_get(cluster_id=cluster_id).state == "completed"
+    [complete] = message_query(
+        cluster_id=cluster_id, where=MessageFilter(topic="CLUSTER_COMPLETE"), limit=None
+    )
+    assert complete.sender == "completion-detector"
 
 
 def test_the_zeroshot_full_workflow_template_runs_the_same(api: ApiClient) -> None:
@@ -187,7 +192,7 @@ def test_the_zeroshot_full_workflow_template_runs_the_same(api: ApiClient) -> No
     claims = worker.run()
 
     # then the planner, the worker and both validators ran, twice for the rejection, and the
-    # built-in completion rule ended the cluster
+    # injected completion-detector ended the cluster (git-pusher-template.js's trigger script)
     agents = [c["task"]["agent_id"] for c in claims]
     assert agents[:2] == ["planner", "worker"]
     assert sorted(agents[2:4]) == ["validator-code", "validator-requirements"]

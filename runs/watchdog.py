@@ -1,0 +1,89 @@
+"""zeroshot's conductor watchdog (SPEC §7.7; ``orchestrator.js`` ``_registerConductorWatchdog``).
+
+In zeroshot a conductor-role agent that completes starts a timer; when it runs out and the
+cluster still holds no ``CLUSTER_OPERATIONS``, the orchestrator publishes ``CLUSTER_FAILED``:
+the conductor's hook failed silently. Here the timer is the completed task's ``finished_at``:
+every claim (the runners' poll, as for lapsed leases) looks, at most once a second per process,
+for running clusters whose conductor task finished more than ``CONDUCTOR_WATCHDOG_SECONDS``
+ago, and fails those that hold no ``CLUSTER_OPERATIONS``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Final
+
+from django.conf import settings
+
+from ledger import interfaces as ledger
+from ledger.interfaces import ClusterState, MessageDraft, MessageFilter, Topic
+from runs.models import Task, TaskState
+from runs.services.queue import tasks_cancel
+
+CONDUCTOR_ROLE: Final = "conductor"
+CLUSTER_OPERATIONS: Final = "CLUSTER_OPERATIONS"
+# How often one process looks at most (s): a claim must stay cheap.
+_EVERY: Final = 1.0
+_FIRED_PER_LOOK: Final = 20
+_lock = threading.Lock()
+_last_look = 0.0
+
+
+def conductor_watchdogs_fire(*, now: int, force: bool = False) -> list[str]:
+    """Fail the running clusters whose conductor completed ``CONDUCTOR_WATCHDOG_SECONDS`` ago
+    without any ``CLUSTER_OPERATIONS``; the ids of those failed."""
+    global _last_look
+    with _lock:
+        if not force and time.monotonic() - _last_look < _EVERY:
+            return []
+        _last_look = time.monotonic()
+    timeout_ms = round(float(settings.CONDUCTOR_WATCHDOG_SECONDS) * 1000)
+    lapsed = (
+        Task.objects.filter(
+            role=CONDUCTOR_ROLE,
+            state=TaskState.COMPLETED,
+            finished_at__lt=now - timeout_ms,
+            cluster__state=ClusterState.RUNNING,
+        )
+        .values_list("cluster_id", "finished_at")
+        .order_by("finished_at")
+    )
+    fired: list[str] = []
+    for cluster_id, finished_at in lapsed[: _FIRED_PER_LOOK * 5]:
+        if cluster_id in fired or len(fired) >= _FIRED_PER_LOOK:
+            continue
+        if _fire(cluster_id, completed_at=finished_at or 0, timeout_ms=timeout_ms):
+            fired.append(cluster_id)
+    return fired
+
+
+def _fire(cluster_id: str, *, completed_at: int, timeout_ms: int) -> bool:
+    with ledger.cluster_transaction(cluster_id) as writer:
+        if writer.state != ClusterState.RUNNING:
+            return False
+        where = MessageFilter(topic=CLUSTER_OPERATIONS)
+        if ledger.message_query(cluster_id=cluster_id, where=where, limit=1):
+            return False
+        writer.append(
+            [
+                MessageDraft(
+                    topic=Topic.CLUSTER_FAILED,
+                    sender="orchestrator",
+                    content={
+                        "text": (
+                            "Conductor completed but CLUSTER_OPERATIONS never published - "
+                            "hook failure"
+                        ),
+                        "data": {
+                            "reason": "CONDUCTOR_WATCHDOG_TIMEOUT",
+                            "conductorCompletedAt": completed_at,
+                            "timeoutMs": timeout_ms,
+                        },
+                    },
+                )
+            ],
+            now=ledger.now_ms(),
+        )
+        tasks_cancel(cluster_id=cluster_id, reason="the conductor watchdog failed the cluster")
+    return True
