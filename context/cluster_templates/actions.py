@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from context.cluster_templates.spec import JSON
-from ledger.topics import Topic
 
 _REFUSED: Final = {
     "execute_system_command": "the server never runs shell commands from a template",
@@ -36,7 +35,7 @@ class ActionsCheck:
 
 
 def template_actions_check(template_body: Mapping[str, JSON]) -> ActionsCheck:
-    """Refuse hook actions the server never executes; warn about hooks stored but never run."""
+    """Refuse hook actions the server never executes; warn about hooks it never runs."""
     errors: list[dict[str, JSON]] = []
     warnings: list[dict[str, JSON]] = []
     agents = template_body.get("agents")
@@ -74,21 +73,3 @@ def _check_hook(name: str, hook: Mapping[str, JSON], report: _Reporter) -> None:
         report.error(".action", f"the action is {shown}; a hook can only publish_message")
     if name not in _RUN_HOOKS:
         report.warning("", f"{name} is not a hook: the server runs onStart, onComplete, onError")
-    if _publishes_cluster_operations(hook):
-        report.warning(
-            "",
-            "publishes CLUSTER_OPERATIONS, which is stored and shown but never executed: "
-            "the server does not load configs or start sub-clusters",
-        )
-
-
-def _publishes_cluster_operations(hook: Mapping[str, JSON]) -> bool:
-    config = hook.get("config")
-    if isinstance(config, Mapping) and config.get("topic") == Topic.CLUSTER_OPERATIONS:
-        return True
-    for key in ("transform", "logic"):
-        script = hook.get(key)
-        source = script.get("script") if isinstance(script, Mapping) else None
-        if isinstance(source, str) and Topic.CLUSTER_OPERATIONS in source:
-            return True
-    return False
