@@ -138,7 +138,14 @@ def _report(
     before: TaskRecord, task: Task, event: TaskEvent, error: str, extra: dict[str, JSON]
 ) -> MessageDraft | None:
     if event is TaskEvent.CLAIM:
-        return lifecycle.lifecycle_draft(before, "TASK_STARTED", triggeredBy=before.trigger_topic)
+        # Which runner took it under which lease: a task page shows each attempt's runner.
+        return lifecycle.lifecycle_draft(
+            before,
+            "TASK_STARTED",
+            triggeredBy=before.trigger_topic,
+            worker=task.worker,
+            leaseSeconds=task.lease_seconds,
+        )
     if event is TaskEvent.COMPLETE:
         return lifecycle.lifecycle_draft(before, "TASK_COMPLETED")
     if event is TaskEvent.RETRY:
