@@ -15,7 +15,13 @@ from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
-from ledger.fleet import ClusterGlance, TaskMessages, cluster_glance, task_messages
+from ledger.fleet import (
+    ClusterGlance,
+    TaskMessages,
+    cluster_glance,
+    cluster_labels,
+    task_messages,
+)
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.labels import LABELS_MAX, labels_parse, labels_stored, labels_text
 from ledger.models import ClusterState
@@ -139,6 +145,7 @@ __all__ = [
     "cluster_get",
     "cluster_glance",
     "cluster_group",
+    "cluster_labels",
     "cluster_list",
     "cluster_state_set",
     "cluster_transaction",

@@ -10,11 +10,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from django.db.models import BigIntegerField, Count, F, FloatField, Max, Min, Sum
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
+from django.db.models import Count, Max, Min, Sum
 
-from runs.models import OPEN_STATES, Task, TaskState
+from ledger import interfaces as ledger
+from runs.models import OPEN_STATES, Task, TaskState, UsageDay
 from runs.records import TaskRecord
 from runs.selectors import task_record
 
@@ -64,7 +63,7 @@ def agents_at_a_glance(
     rows = (
         Task.objects.filter(cluster_id__in=list(agents_by_cluster))
         .values("cluster_id", "agent_id", "state")
-        .annotate(n=Count("pk"), oldest=Min("created_at"), newest=Max("created_at"))
+        .annotate(n=Count("*"), oldest=Min("created_at"), newest=Max("created_at"))
         .order_by()
     )
     counts: dict[tuple[str, str], dict[str, tuple[int, int, int]]] = defaultdict(dict)
@@ -155,16 +154,19 @@ class QueueRow:
 
 def task_queue() -> list[QueueRow]:
     """The open tasks of every cluster by pool and agent, the longest waiting first: one
-    grouped query that ``task_claimable`` (state first) narrows to the open tasks."""
-    rows = (
+    grouped query that ``task_claimable`` (state first) narrows to the open tasks, and one
+    for the labels (the pools) of their clusters."""
+    rows = list(
         Task.objects.filter(state__in=OPEN_STATES)
-        .values("cluster_id", "cluster__labels", "agent_id", "state")
-        .annotate(n=Count("pk"), oldest=Min("created_at"))
+        .values("cluster_id", "agent_id", "state")
+        .annotate(n=Count("*"), oldest=Min("created_at"))
         .order_by()
     )
+    clusters = sorted({row["cluster_id"] for row in rows})
+    labels = ledger.cluster_labels(cluster_ids=clusters) if clusters else {}
     groups: dict[tuple[tuple[tuple[str, str], ...], str], _QueueGroup] = {}
     for row in rows:
-        pool = _pool(row["cluster__labels"])
+        pool = _pool(labels.get(row["cluster_id"]))
         group = groups.setdefault((pool, row["agent_id"]), _QueueGroup())
         group.clusters.add(row["cluster_id"])
         if row["state"] == TaskState.CLAIMED:
@@ -228,7 +230,7 @@ class UsageRow:
 
 @dataclass(frozen=True, slots=True)
 class UsageByDay:
-    """Reported usage of the last days: rows newest day first, and what was left out."""
+    """Reported usage of the last days: rows newest day first, and how many were left out."""
 
     rows: tuple[UsageRow, ...]
     since: int
@@ -252,44 +254,36 @@ class UsageByDay:
 
 
 def usage_by_day(*, now: int, days: int = USAGE_DAYS) -> UsageByDay:
-    """Tokens and cost per UTC day, model and agent, as runners reported them when their
-    tasks completed (``Task.usage``, the same numbers ``TOKEN_USAGE`` carries); one grouped
-    query over ``task_finished`` (state, finished_at)."""
-    since = (now // DAY_MS - (days - 1)) * DAY_MS
-    as_number = {
-        name: Cast(KeyTextTransform(name, "usage"), FloatField())
-        for name in ("inputTokens", "outputTokens", "costUsd")
-    }
+    """Billed tokens and cost per UTC day, model and agent, as runners reported them when
+    their tasks completed: one grouped query over the per-day sums (``usage_day_once``),
+    never over the tasks themselves."""
+    first_day = now // DAY_MS - (days - 1)
     rows = (
-        Task.objects.filter(state=TaskState.COMPLETED, finished_at__gte=since, usage__isnull=False)
-        .annotate(
-            day=Cast(F("finished_at") / DAY_MS, BigIntegerField()),
-            model=KeyTextTransform("model", "usage"),
-        )
+        UsageDay.objects.filter(day__gte=first_day)
         .values("day", "model", "agent_id")
         .annotate(
-            tasks=Count("pk"),
-            inputs=Sum(as_number["inputTokens"]),
-            outputs=Sum(as_number["outputTokens"]),
-            cost=Sum(as_number["costUsd"]),
+            n=Sum("tasks"),
+            inputs=Sum("input_tokens"),
+            outputs=Sum("output_tokens"),
+            cost=Sum("cost_usd"),
         )
         .order_by("-day", "model", "agent_id")
     )
     shaped = [
         UsageRow(
-            day=int(r["day"]),
-            model=r["model"] if isinstance(r["model"], str) else "",
+            day=r["day"],
+            model=r["model"],
             agent_id=r["agent_id"],
-            tasks=r["tasks"],
-            input_tokens=int(r["inputs"] or 0),
-            output_tokens=int(r["outputs"] or 0),
-            cost_usd=float(r["cost"]) if r["cost"] is not None else None,
+            tasks=r["n"],
+            input_tokens=r["inputs"],
+            output_tokens=r["outputs"],
+            cost_usd=r["cost"],
         )
         for r in rows
     ]
     return UsageByDay(
         rows=tuple(shaped[:USAGE_ROWS_MAX]),
-        since=since,
+        since=first_day * DAY_MS,
         left_out=max(0, len(shaped) - USAGE_ROWS_MAX),
     )
 

@@ -122,10 +122,3 @@ def duration_text(ms: int | None) -> str:
     if ms < 60_000:
         return f"{ms / 1000:.1f} s"
     return elapsed_text(0, ms)
-
-
-@register.filter
-def day_text(ms: int | str | None) -> str:
-    """A UTC day as "Thu 2026-12-03": with its year, as every dated text of the pages."""
-    moment = moment_of(ms)
-    return moment.strftime("%a %Y-%m-%d") if moment is not None else ""

@@ -16,6 +16,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from context import selectors as builds
 from dashboard.http import HtmxHttpRequest, render_page_or_region
+from dashboard.presentation.fleet import cluster_rows, day_totals, runner_rows, usage_rows
 from dashboard.presentation.waterfall import waterfall
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterState, NotFound, text_problem
@@ -47,12 +48,15 @@ def fleet_page(request: HtmxHttpRequest) -> HttpResponse:
             g.cluster.id: [str(a.get("id", "")) for a in g.cluster.agents] for g in glance
         }
     )
+    usage = fleet.usage_by_day(now=now)
     context = {
-        "clusters": [(g, agents[g.cluster.id]) for g in glance],
+        "clusters": cluster_rows(glance, agents, now=now),
         "running_total": running_total,
         "queue": fleet.task_queue(),
-        "runners": runners_seen(limit=FLEET_RUNNERS),
-        "usage": fleet.usage_by_day(now=now),
+        "runners": runner_rows(runners_seen(limit=FLEET_RUNNERS)),
+        "usage": usage_rows(usage.rows),
+        "usage_left_out": usage.left_out,
+        "day_totals": day_totals(usage.totals()),
         "now_ms": now,
         "usage_days": fleet.USAGE_DAYS,
         "refresh_ms": FLEET_REFRESH_MS,

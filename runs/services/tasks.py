@@ -46,6 +46,7 @@ from runs.hooks import completion_drafts
 from runs.models import Runner, Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
+from runs.services.usage import usage_day_add
 from runs.signals import tasks_changed
 from runs.states import TaskEvent, task_move
 
@@ -444,6 +445,12 @@ def task_complete(
         task.save(update_fields=["completion_messages"])
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
+        if usage:
+            usage_day_add(
+                agent_id=task.agent_id,
+                usage=usage,
+                finished_at=task.finished_at or ledger.now_ms(),
+            )
         transaction.on_commit(tasks_changed.notify)
     return Completion(task=task_record(task), messages=tuple(messages))
 

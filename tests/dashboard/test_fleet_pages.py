@@ -17,6 +17,7 @@ from ledger.interfaces import (
     message_publish,
     now_ms,
 )
+from runs.fleet import usage_by_day
 from runs.models import Task
 from runs.records import TaskRecord
 from runs.services import task_claim, task_complete, task_fail, task_output
@@ -181,13 +182,13 @@ def test_the_fleet_page_query_count_is_pinned(
     operator: Client, django_assert_num_queries: Any
 ) -> None:
     # session, user, running clusters (with their newest message), agents' tasks grouped, their
-    # open tasks, the queue, runners, what runners hold, usage
+    # open tasks, the queue, the queue's pools (labels), runners, what runners hold, usage
     fleet_of(2)
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         operator.get("/fleet/")
     # and it does not grow with the fleet
     fleet_of(6, first=2)
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         operator.get("/fleet/")
 
 
@@ -196,6 +197,34 @@ def test_the_fleet_page_says_what_to_do_when_empty(operator: Client) -> None:
     assert "No cluster is running" in html
     assert "No runner has claimed a task yet" in html
     assert "No usage reported" in html
+
+
+def test_usage_per_day_sums_every_cluster_by_model_and_agent() -> None:
+    # given two clusters whose workers complete on the same model, one with a cost, one
+    # without, and a reviewer on another model
+    for cid in ("u-1", "u-2"):
+        running(cid, agent("worker", "GO"), agent("reviewer", "REVIEW"))
+        publish(cid, "GO")
+    for cost in (0.5, None):
+        task = claim("box")
+        usage: dict[str, Any] = {"inputTokens": 100, "outputTokens": 10, "model": "m-1"}
+        if cost is not None:
+            usage["costUsd"] = cost
+        task_complete(task_id=task.id, lease_id=task.lease_id, result={}, usage=usage)
+    publish("u-1", "REVIEW")
+    task = claim("box", agents=["reviewer"])
+    task_complete(
+        task_id=task.id, lease_id=task.lease_id, result={}, usage={"inputTokens": 7, "model": "m-2"}
+    )
+    # when the fleet reads the usage of the last days
+    rows = {(r.model, r.agent_id): r for r in usage_by_day(now=now_ms()).rows}
+    # then the workers' two tasks are one row, the cost of the one that reported it kept
+    worker = rows[("m-1", "worker")]
+    assert (worker.tasks, worker.input_tokens, worker.output_tokens) == (2, 200, 20)
+    assert worker.cost_usd == 0.5
+    reviewer = rows[("m-2", "reviewer")]
+    assert (reviewer.tasks, reviewer.input_tokens, reviewer.cost_usd) == (1, 7, None)
+    assert len(rows) == 2
 
 
 # --- the task page -----------------------------------------------------------------------------
