@@ -143,19 +143,21 @@ def waterfall(
         data = _data(started)
         worker = _text(data.get("worker")) or (task.worker if following is None else "")
         lease = _int(data.get("leaseSeconds"))
+        build = attempt_builds[i] if i < len(attempt_builds) else None
+        # The claim comes first, then its build, then TASK_STARTED with the build recorded.
+        claimed_at = min(started.timestamp, build.started_at) if build else started.timestamp
         steps.append(
             Step(
                 kind="claimed",
                 label=f"Claimed · attempt {number}",
-                start=started.timestamp,
+                start=claimed_at,
                 end=None,
                 detail=(f"by {worker}" if worker else "by an unnamed runner")
                 + (f" · lease {lease} s" if lease else ""),
                 attempt=number,
             )
         )
-        if i < len(attempt_builds):
-            build = attempt_builds[i]
+        if build is not None:
             steps.append(
                 Step(
                     kind="build",
