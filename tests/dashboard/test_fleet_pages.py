@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth import get_user_model
 from django.test import Client
 
@@ -18,7 +20,7 @@ from ledger.interfaces import (
     now_ms,
 )
 from runs.fleet import usage_by_day
-from runs.models import Task
+from runs.models import Task, UsageDay
 from runs.records import TaskRecord
 from runs.services import task_claim, task_complete, task_fail, task_output
 from runs.services.tasks import tasks_expire
@@ -225,6 +227,28 @@ def test_usage_per_day_sums_every_cluster_by_model_and_agent() -> None:
     reviewer = rows[("m-2", "reviewer")]
     assert (reviewer.tasks, reviewer.input_tokens, reviewer.cost_usd) == (1, 7, None)
     assert len(rows) == 2
+
+
+def test_the_migration_sums_the_usage_of_tasks_completed_before_it() -> None:
+    # given completed tasks with usage, and the per-day rows lost (as before the migration)
+    for cid in ("m-1", "m-2"):
+        running(cid, agent("worker", "GO"))
+        publish(cid, "GO")
+        task = claim("box")
+        task_complete(
+            task_id=task.id,
+            lease_id=task.lease_id,
+            result={},
+            usage={"inputTokens": 50, "outputTokens": 5, "model": "m", "costUsd": 0.25},
+        )
+    before = usage_by_day(now=now_ms()).rows
+    UsageDay.objects.all().delete()
+    # when the migration's backfill runs
+    importlib.import_module("runs.migrations.0007_usage_day").backfill(django_apps, None)
+    # then the page reads the same sums the completions wrote
+    assert usage_by_day(now=now_ms()).rows == before
+    assert before[0].tasks == 2
+    assert before[0].cost_usd == 0.5
 
 
 # --- the task page -----------------------------------------------------------------------------
