@@ -58,7 +58,6 @@ def django_setup(data_dir: Path, postgres: str | None) -> None:
 
 def fill(*, clusters: int, tasks: int, running: int, seed: int = 20) -> dict[str, int]:
     """Write the fleet with bulk inserts (not through the services: this measures reads)."""
-    from django.contrib.auth import get_user_model
     from django.db import transaction
 
     from ledger.models import Cluster, Message
@@ -72,7 +71,6 @@ def fill(*, clusters: int, tasks: int, running: int, seed: int = 20) -> dict[str
         Message.objects.all().delete()
         Cluster.objects.all().delete()
         Runner.objects.all().delete()
-        get_user_model().objects.filter(username="bench").delete()
     config = {"agents": [{"id": a, "role": "implementation", "prompt": "Go."} for a in AGENTS]}
     cluster_rows = []
     for i in range(clusters):
@@ -199,7 +197,6 @@ def fill(*, clusters: int, tasks: int, running: int, seed: int = 20) -> dict[str
         Message.objects.bulk_create(messages, batch_size=2_000)
         Task.objects.bulk_create(task_rows, batch_size=2_000)
         Runner.objects.bulk_create(runner_rows)
-        get_user_model().objects.create_user("bench", password="bench-only-password-1")
     from django.db import connection
 
     if connection.vendor == "postgresql":
@@ -272,18 +269,25 @@ def main() -> None:
     running = args.running if args.running is not None else clusters // 5
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         django_setup(Path(tmp), args.postgres)
+        from django.contrib.auth import get_user_model
         from django.db import connection
         from django.test import Client
 
-        started = time.perf_counter()
-        sizes = fill(clusters=clusters, tasks=tasks, running=running)
-        fill_s = time.perf_counter() - started
+        get_user_model().objects.filter(username="bench").delete()
+        get_user_model().objects.create_user("bench", password="bench-only-password-1")
         client = Client()
         assert client.login(username="bench", password="bench-only-password-1")
 
         def get() -> None:
             response = client.get("/fleet/")
             assert response.status_code == 200, response.status_code
+
+        # The same page before the fleet exists: what middleware, session and layout cost.
+        fill(clusters=1, tasks=1, running=0)
+        empty = timed(get, warmup=5, reps=30)
+        started = time.perf_counter()
+        sizes = fill(clusters=clusters, tasks=tasks, running=running)
+        fill_s = time.perf_counter() - started
 
         samples = timed(get, warmup=5, reps=50)
         region = timed(
@@ -304,6 +308,7 @@ def main() -> None:
                 "p95": round(region[int(len(region) * 0.95)], 2),
                 "min": round(region[0], 2),
             },
+            "empty_fleet_ms": {"p50": round(empty[len(empty) // 2], 2), "min": round(empty[0], 2)},
             "queries": queries,
             "load_average": os.getloadavg(),
         }
@@ -315,6 +320,8 @@ def main() -> None:
         print(
             f"{name:<22} p50 {figures['p50']} ms  p95 {figures['p95']} ms  min {figures['min']} ms"
         )
+    empty_ms = report["empty_fleet_ms"]
+    print(f"{'the same, empty fleet':<22} p50 {empty_ms['p50']} ms  min {empty_ms['min']} ms")
     for q in queries:
         print(f"  q{q['query']:<2} {q['median_ms']:>8.3f} ms  {q['sql']}")
     print(f"load average {report['load_average']}; wrote {RESULTS_PATH.relative_to(ROOT)}")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from django.db.models import OuterRef, Q, Subquery
 
-from ledger.labels import labels_stored
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord
 from ledger.selectors import cluster_record, message_record, storable
@@ -46,12 +45,6 @@ def cluster_glance(*, states: Sequence[str], limit: int) -> tuple[list[ClusterGl
     if total == limit:
         total = Cluster.objects.filter(state__in=list(states)).count()
     return glance, total
-
-
-def cluster_labels(*, cluster_ids: Sequence[str]) -> dict[str, dict[str, str]]:
-    """The labels of some clusters, by id (one query by primary key)."""
-    rows = Cluster.objects.filter(pk__in=list(cluster_ids)).values_list("id", "labels")
-    return {cluster_id: labels_stored(labels) for cluster_id, labels in rows}
 
 
 # Messages of a task shown at most, other than output; output batches at most.

@@ -19,7 +19,6 @@ from ledger.fleet import (
     ClusterGlance,
     TaskMessages,
     cluster_glance,
-    cluster_labels,
     task_messages,
 )
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
@@ -145,7 +144,6 @@ __all__ = [
     "cluster_get",
     "cluster_glance",
     "cluster_group",
-    "cluster_labels",
     "cluster_list",
     "cluster_state_set",
     "cluster_transaction",

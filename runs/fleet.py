@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 
-from ledger import interfaces as ledger
 from runs.models import OPEN_STATES, Task, TaskState, UsageDay
 from runs.records import TaskRecord
 from runs.selectors import task_record
@@ -62,14 +61,13 @@ def agents_at_a_glance(
         return {}
     rows = (
         Task.objects.filter(cluster_id__in=list(agents_by_cluster))
-        .values("cluster_id", "agent_id", "state")
+        .values_list("cluster_id", "agent_id", "state")
         .annotate(n=Count("*"), oldest=Min("created_at"), newest=Max("created_at"))
         .order_by()
     )
     counts: dict[tuple[str, str], dict[str, tuple[int, int, int]]] = defaultdict(dict)
-    for row in rows:
-        key = (row["cluster_id"], row["agent_id"])
-        counts[key][row["state"]] = (row["n"], row["oldest"], row["newest"])
+    for cluster_id, agent_id, state, n, oldest, newest in rows:
+        counts[(cluster_id, agent_id)][state] = (n, oldest, newest)
     current = _current_tasks(list(agents_by_cluster))
     glance = {}
     for cluster_id, agent_ids in agents_by_cluster.items():
@@ -154,34 +152,36 @@ class QueueRow:
 
 def task_queue() -> list[QueueRow]:
     """The open tasks of every cluster by pool and agent, the longest waiting first: one
-    grouped query that ``task_claimable`` (state first) narrows to the open tasks, and one
-    for the labels (the pools) of their clusters."""
-    rows = list(
+    grouped query over the open tasks (``task_lease_expiry``, state first), each joined to its
+    cluster by primary key for its labels."""
+    waiting = Q(state__in=QUEUED_STATES)
+    rows = (
         Task.objects.filter(state__in=OPEN_STATES)
-        .values("cluster_id", "agent_id", "state")
-        .annotate(n=Count("*"), oldest=Min("created_at"))
+        .values_list("cluster__labels", "agent_id")
+        .annotate(
+            queued=Count("pk", filter=waiting),
+            running=Count("pk", filter=Q(state=TaskState.CLAIMED)),
+            oldest=Min("created_at", filter=waiting),
+            clusters=Count("cluster_id", distinct=True),
+        )
         .order_by()
     )
-    clusters = sorted({row["cluster_id"] for row in rows})
-    labels = ledger.cluster_labels(cluster_ids=clusters) if clusters else {}
     groups: dict[tuple[tuple[tuple[str, str], ...], str], _QueueGroup] = {}
-    for row in rows:
-        pool = _pool(labels.get(row["cluster_id"]))
-        group = groups.setdefault((pool, row["agent_id"]), _QueueGroup())
-        group.clusters.add(row["cluster_id"])
-        if row["state"] == TaskState.CLAIMED:
-            group.running += row["n"]
-            continue
-        group.queued += row["n"]
-        if group.oldest is None or row["oldest"] < group.oldest:
-            group.oldest = row["oldest"]
+    # Two label sets that differ only in their keys' order are one pool.
+    for labels, agent_id, queued, running, oldest, clusters in rows:
+        group = groups.setdefault((_pool(labels), agent_id), _QueueGroup())
+        group.queued += queued
+        group.running += running
+        group.clusters += clusters
+        if oldest is not None and (group.oldest is None or oldest < group.oldest):
+            group.oldest = oldest
     queue = [
         QueueRow(
             pool=pool,
             agent_id=agent_id,
             queued=g.queued,
             running=g.running,
-            clusters=len(g.clusters),
+            clusters=g.clusters,
             oldest_queued_at=g.oldest,
         )
         for (pool, agent_id), g in groups.items()
@@ -202,7 +202,7 @@ class _QueueGroup:
     queued: int = 0
     running: int = 0
     oldest: int | None = None
-    clusters: set[str] = field(default_factory=set)
+    clusters: int = 0
 
 
 def _pool(labels: object) -> tuple[tuple[str, str], ...]:

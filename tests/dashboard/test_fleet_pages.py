@@ -184,13 +184,13 @@ def test_the_fleet_page_query_count_is_pinned(
     operator: Client, django_assert_num_queries: Any
 ) -> None:
     # session, user, running clusters (with their newest message), agents' tasks grouped, their
-    # open tasks, the queue, the queue's pools (labels), runners, what runners hold, usage
+    # open tasks, the queue (with its pools), runners, what runners hold, usage
     fleet_of(2)
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(9):
         operator.get("/fleet/")
     # and it does not grow with the fleet
     fleet_of(6, first=2)
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(9):
         operator.get("/fleet/")
 
 
