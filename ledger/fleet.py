@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import OuterRef, Q, Subquery
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Substr
 
 from ledger.models import Cluster, Message
 from ledger.records import ClusterRecord, MessageRecord
@@ -50,6 +52,8 @@ def cluster_glance(*, states: Sequence[str], limit: int) -> tuple[list[ClusterGl
 # Messages of a task shown at most, other than output; output batches at most.
 TASK_MESSAGES_MAX = 200
 TASK_OUTPUT_MAX = 200
+# Characters of each output batch read: the page shows 64,000 per attempt at most.
+TASK_OUTPUT_CHARS = 16_000
 # Its completion's messages are written a moment after the task ends (the same transaction):
 # the window of a finished task reaches this far past its end.
 TASK_WINDOW_SLACK_MS = 60_000
@@ -58,7 +62,8 @@ TASK_WINDOW_SLACK_MS = 60_000
 @dataclass(frozen=True, slots=True)
 class TaskMessages:
     """What one task published, oldest first: lifecycle, usage, errors and its hook's
-    messages; and its raw output batches (``AGENT_OUTPUT``), the first ``TASK_OUTPUT_MAX``."""
+    messages; and its raw output batches (``AGENT_OUTPUT``), the first ``TASK_OUTPUT_MAX``,
+    each cut to its first ``TASK_OUTPUT_CHARS`` characters."""
 
     messages: tuple[MessageRecord, ...]
     output: tuple[MessageRecord, ...]
@@ -87,13 +92,39 @@ def task_messages(
     messages = (window.exclude(topic=Topic.AGENT_OUTPUT).filter(own).order_by("sequence"))[
         :TASK_MESSAGES_MAX
     ]
+    # Output is the agent's to size: each batch is read cut to its first characters.
     output = list(
-        window.filter(topic=Topic.AGENT_OUTPUT, content__data__taskId=task_id).order_by("sequence")[
-            : TASK_OUTPUT_MAX + 1
-        ]
+        window.filter(topic=Topic.AGENT_OUTPUT, content__data__taskId=task_id)
+        .annotate(
+            head=Substr(KeyTextTransform("text", "content"), 1, TASK_OUTPUT_CHARS),
+            lines=KeyTextTransform("lines", "content__data"),
+        )
+        .order_by("sequence")
+        .values_list("message_id", "sequence", "timestamp", "head", "lines")[: TASK_OUTPUT_MAX + 1]
     )
     return TaskMessages(
         messages=tuple(message_record(m, cluster_id=cluster_id) for m in messages),
-        output=tuple(message_record(m, cluster_id=cluster_id) for m in output[:TASK_OUTPUT_MAX]),
+        output=tuple(
+            MessageRecord(
+                id=message_id,
+                cluster_id=cluster_id,
+                sequence=sequence,
+                timestamp=timestamp,
+                topic=Topic.AGENT_OUTPUT,
+                sender=agent_id,
+                content={
+                    "text": head or "",
+                    "data": {"taskId": task_id, "lines": _lines(lines)},
+                },
+            )
+            for message_id, sequence, timestamp, head, lines in output[:TASK_OUTPUT_MAX]
+        ),
         more_output=len(output) > TASK_OUTPUT_MAX,
     )
+
+
+def _lines(value: object) -> int:
+    try:
+        return max(0, int(str(value)))
+    except ValueError:
+        return 0

@@ -353,6 +353,23 @@ def test_the_task_page_query_count_is_pinned(
     assert response.status_code == 200
 
 
+def test_the_task_page_reads_and_shows_a_bounded_part_of_a_huge_output(operator: Client) -> None:
+    # given a task whose agent streamed five batches of one 30,000-character line each
+    cid = running("big-1", agent("worker", "GO"))
+    publish(cid, "GO")
+    task = claim("box-1")
+    for i in range(5):
+        task_output(task_id=task.id, lease_id=task.lease_id, lines=[str(i) * 30_000], offset=i)
+    # when the operator opens the task
+    html = operator.get(f"/tasks/{task.id}/").content.decode()
+    # then each batch was read cut to 16,000 characters and the attempt's output to 64,000
+    output = html[html.index('<pre class="task-output">') : html.index("</pre>")]
+    assert output.count("0" * 16_000) == 1
+    assert "0" * 16_001 not in output
+    assert len(output) < 64_100
+    assert "The output is cut here" in html
+
+
 @pytest.mark.parametrize("task_id", ["task_" + "0" * 32, "task_" + "0" * 40, "x" * 300])
 def test_an_unknown_task_is_404(operator: Client, task_id: str) -> None:
     assert operator.get(f"/tasks/{task_id}/").status_code == 404
