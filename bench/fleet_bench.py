@@ -202,7 +202,7 @@ def fill(*, clusters: int, tasks: int, running: int, seed: int = 20) -> dict[str
     if connection.vendor == "postgresql":
         # What autovacuum does on a server; SQLite is left as the app leaves it (no ANALYZE).
         with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
+            cursor.execute("VACUUM ANALYZE")
     return {
         "clusters": clusters,
         "running": running,
