@@ -375,15 +375,24 @@ def test_an_unknown_task_is_404(operator: Client, task_id: str) -> None:
     assert operator.get(f"/tasks/{task_id}/").status_code == 404
 
 
-def test_a_task_is_reachable_from_the_tasks_tab_and_the_timeline(operator: Client) -> None:
+def test_a_task_is_reachable_from_the_tasks_tab_the_timeline_and_the_agents_panel(
+    operator: Client,
+) -> None:
     cid = running("l-1", agent("worker", "GO"))
     publish(cid, "GO")
     task = claim("box-1")
     tasks_tab = operator.get(f"/clusters/{cid}/tasks/").content.decode()
     timeline = operator.get(f"/clusters/{cid}/").content.decode()
     assert f'href="/tasks/{task.id}/"' in tasks_tab
-    # the TASK_STARTED row of the timeline links to its task
-    assert f'href="/tasks/{task.id}/"' in timeline
+    # the TASK_STARTED row of the timeline links to its task, as the agents panel does
+    assert timeline.count(f'href="/tasks/{task.id}/"') == 2
+
+
+@pytest.mark.parametrize("path", ["/fleet/", "/tasks/task_" + "0" * 32 + "/"])
+def test_the_pages_send_anonymous_visitors_to_sign_in(path: str) -> None:
+    response = Client().get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=")
 
 
 # --- the waterfall, from plain records ---------------------------------------------------------
