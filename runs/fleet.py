@@ -145,10 +145,6 @@ class QueueRow:
     clusters: int
     oldest_queued_at: int | None
 
-    @property
-    def pool_text(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.pool)
-
 
 def task_queue() -> list[QueueRow]:
     """The open tasks of every cluster by pool and agent, the longest waiting first: one
