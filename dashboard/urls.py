@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.views import builds, clusters, runs, templates
+from dashboard.views import builds, clusters, fleet, runs, templates
 
 app_name = "dashboard"
 
@@ -39,5 +39,7 @@ urlpatterns = [
     path("clusters/<str:cluster_id>/stop/", runs.cluster_stop, name="cluster-stop"),
     path("clusters/<str:cluster_id>/guidance/", runs.cluster_guidance, name="cluster-guidance"),
     path("clusters/<str:cluster_id>/builds/<int:build_id>/", runs.build_page, name="build"),
+    path("fleet/", fleet.fleet_page, name="fleet"),
+    path("tasks/<str:task_id>/", fleet.task_page, name="task"),
     path("templates/preview/", templates.template_preview, name="template-preview"),
 ]

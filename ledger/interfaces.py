@@ -15,6 +15,12 @@ from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
 from ledger.filters import MessageFilter
+from ledger.fleet import (
+    ClusterGlance,
+    TaskMessages,
+    cluster_glance,
+    task_messages,
+)
 from ledger.keys import api_key_create, require_cluster, scoped_cluster
 from ledger.labels import LABELS_MAX, labels_parse, labels_stored, labels_text
 from ledger.models import ClusterState
@@ -107,6 +113,7 @@ __all__ = [
     "TIMESTAMP_MAX",
     "Batch",
     "ClusterDetailOut",
+    "ClusterGlance",
     "ClusterOut",
     "ClusterRecord",
     "ClusterState",
@@ -128,6 +135,7 @@ __all__ = [
     "ServiceError",
     "Stage",
     "Subscription",
+    "TaskMessages",
     "TooLarge",
     "Topic",
     "Writes",
@@ -143,6 +151,7 @@ __all__ = [
     "cluster_create",
     "cluster_exists",
     "cluster_get",
+    "cluster_glance",
     "cluster_group",
     "cluster_list",
     "cluster_state_set",
@@ -179,6 +188,7 @@ __all__ = [
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",
+    "task_messages",
     "text_check",
     "text_problem",
     "text_storable",

@@ -108,3 +108,27 @@ class Runner(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class UsageDay(models.Model):
+    """What the completed tasks of one agent id on one model billed in one UTC day, over every
+    cluster, summed as each completion reports it: the fleet page's tokens and cost per day,
+    read without parsing any task's usage (docs/decisions/0141-usage-per-day.md)."""
+
+    day = models.IntegerField(help_text="days since the epoch, UTC")
+    agent_id = models.CharField(max_length=64)
+    # The model the runner named; "" when it named none.
+    model = models.CharField(max_length=200, blank=True, default="")
+    tasks = models.PositiveIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    # None while no completion of the row reported a cost.
+    cost_usd = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=["day", "agent_id", "model"], name="usage_day_once"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.agent_id} {self.model}"

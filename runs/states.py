@@ -139,11 +139,14 @@ def _report(
 ) -> MessageDraft | None:
     if event is TaskEvent.CLAIM:
         # zeroshot's publishTaskStarted (src/agent/agent-lifecycle.js): triggeredBy, triggerFrom.
+        # Which runner took it under which lease: a task page shows each attempt's runner.
         return lifecycle.lifecycle_draft(
             before,
             "TASK_STARTED",
             triggeredBy=before.trigger_topic,
             triggerFrom=before.trigger_sender or None,
+            worker=task.worker,
+            leaseSeconds=task.lease_seconds,
         )
     if event is TaskEvent.COMPLETE:
         return lifecycle.lifecycle_draft(before, "TASK_COMPLETED")

@@ -10,6 +10,7 @@ sender, the time) is escaped once rather than at each place.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable
 from typing import TypedDict
 
@@ -52,18 +53,36 @@ class TimelineRow(TypedDict):
     data_json: SafeString | None
     metadata_json: SafeString | None
     json_url: SafeString
+    # The page of the task the message reports on (``content.data.taskId``), if any.
+    task_url: SafeString | None
 
 
 def timeline_rows(rows: Iterable[tuple[MessageRecord, SearchHit | None]]) -> list[TimelineRow]:
     """The rows of messages (with their search hits, if any), in the order given."""
     prefixes: dict[str, str] = {}
+    task_prefix = reverse("dashboard:task", kwargs={"task_id": "0"}).removesuffix("0/")
     shaped = []
     for message, hit in rows:
         prefix = prefixes.get(message.cluster_id)
         if prefix is None:
             prefix = prefixes[message.cluster_id] = _json_url_prefix(message.cluster_id)
-        shaped.append(_row(message, hit, json_url=f"{prefix}{message.sequence}.json"))
+        task_id = _task_of(message)
+        task_url = f"{task_prefix}{task_id}/" if task_id else None
+        shaped.append(
+            _row(message, hit, json_url=f"{prefix}{message.sequence}.json", task_url=task_url)
+        )
     return shaped
+
+
+# A task id as the server makes them; anything else in ``data.taskId`` links nowhere.
+_TASK_ID = re.compile(r"task_[0-9a-f]{32}")
+
+
+def _task_of(message: MessageRecord) -> str | None:
+    """The task a message reports on (lifecycle, output, usage, errors carry its id)."""
+    data = message.content.get("data")
+    task_id = data.get("taskId") if isinstance(data, dict) else None
+    return task_id if isinstance(task_id, str) and _TASK_ID.fullmatch(task_id) else None
 
 
 def _json_url_prefix(cluster_id: str) -> str:
@@ -90,7 +109,9 @@ def _times(ms: int) -> tuple[str, str, str]:
     return iso, f"{day} {clock} UTC", f"{day[5:]} {clock}"
 
 
-def _row(message: MessageRecord, hit: SearchHit | None, *, json_url: str) -> TimelineRow:
+def _row(
+    message: MessageRecord, hit: SearchHit | None, *, json_url: str, task_url: str | None
+) -> TimelineRow:
     iso, utc, stamp = _times(message.timestamp)
     text = message.text
     content = message.content
@@ -114,4 +135,5 @@ def _row(message: MessageRecord, hit: SearchHit | None, *, json_url: str) -> Tim
             _escaped(pretty_json(message.metadata)) if message.metadata is not None else None
         ),
         "json_url": _escaped(json_url),
+        "task_url": _escaped(task_url) if task_url else None,
     }

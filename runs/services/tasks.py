@@ -56,6 +56,7 @@ from runs.hooks import (
 from runs.models import Runner, Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
+from runs.services.usage import usage_day_add
 from runs.signals import tasks_changed
 from runs.states import TaskEvent, task_move
 from runs.watchdog import conductor_watchdogs_fire
@@ -485,6 +486,12 @@ def task_complete(
             build_usage_record(build_id=task.build_id, usage=usage)
         if task.build_id is not None:
             build_guidance_delivered(build_id=task.build_id)
+        if usage:
+            usage_day_add(
+                agent_id=task.agent_id,
+                usage=usage,
+                finished_at=task.finished_at or ledger.now_ms(),
+            )
         transaction.on_commit(tasks_changed.notify)
     done = Completion(task=task_record(task), messages=tuple(messages))
     observe.task_completed.send(
