@@ -226,6 +226,17 @@ def waterfall(
     for message in messages:
         if message.topic == Topic.TOKEN_USAGE:
             steps.append(_usage_step(message))
+        elif message.id in completion and message.topic == Topic.AGENT_SCHEMA_WARNING:
+            # The result broke the agent's schema and was used all the same (SPEC §7.5).
+            steps.append(
+                Step(
+                    kind="hook",
+                    label="Schema warning",
+                    start=message.timestamp,
+                    end=None,
+                    detail=f"{message.topic} #{message.sequence}",
+                )
+            )
         elif message.id in completion and message.topic not in (
             Topic.AGENT_LIFECYCLE,
             Topic.AGENT_ERROR,
