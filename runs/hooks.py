@@ -19,7 +19,6 @@ from ledger import interfaces as ledger
 from ledger.interfaces import JSON, ClusterRecord, MessageDraft, ServiceError
 from runs import lifecycle
 from runs.logic import (
-    VIEW_MAX_MESSAGES,
     AgentInfo,
     ClusterInfo,
     LedgerView,
@@ -31,6 +30,7 @@ from runs.logic import (
     transform_evaluate,
 )
 from runs.records import TaskRecord
+from runs.script_view import script_view_read
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,10 +235,6 @@ class _Scope:
         return message.to_wire()
 
     def view(self) -> LedgerView:
-        messages = ledger.message_window(
-            cluster_id=self.cluster.id,
-            up_to_sequence=self.cluster.last_sequence,
-            limit=VIEW_MAX_MESSAGES,
-            skip_topic=lifecycle.AGENT_OUTPUT,
+        return script_view_read(
+            cluster_id=self.cluster.id, up_to_sequence=self.cluster.last_sequence
         )
-        return LedgerView(m.to_wire() for m in messages)

@@ -9,7 +9,7 @@ from django.db.models import Count, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from ledger.interfaces import NotFound
-from runs.models import OPEN_STATES, Runner, Task, TaskState
+from runs.models import OPEN_STATES, BufferedTrigger, Runner, Task, TaskState
 from runs.records import RunnerRecord, TaskRecord, states_matching
 
 DEFAULT_PAGE = 50
@@ -99,7 +99,8 @@ class AgentActivity:
 
 
 def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentActivity]:
-    """Each agent's state from its tasks (two queries)."""
+    """Each agent's state from its tasks, and the triggers its buffer holds or dropped (three
+    queries)."""
     open_tasks = Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).order_by(
         "created_at", "id"
     )
@@ -113,6 +114,15 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
         finished[(agent, state)] += 1
         if created >= newest_finished.get(agent, (-1, ""))[0]:
             newest_finished[agent] = (created, state)
+    waiting: Counter[tuple[str, bool]] = Counter()
+    kept = (
+        BufferedTrigger.objects.filter(cluster_id=cluster_id)
+        .values("agent_id", "dropped")
+        .annotate(n=Count("pk"))
+        .values_list("agent_id", "dropped", "n")
+    )
+    for agent, dropped, n in kept:
+        waiting[(agent, dropped)] += n
     activity = {}
     for agent_id in agent_ids:
         tasks = by_agent.get(agent_id, [])
@@ -130,9 +140,10 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
             agent_id=agent_id,
             state=state,
             current=task_record(current) if current is not None else None,
-            buffered=max(0, len(tasks) - 1),
+            # Tasks queued behind the current one only predate the buffer (docs/decisions/0130).
+            buffered=max(0, len(tasks) - 1) + waiting[(agent_id, False)],
             completed=finished[(agent_id, TaskState.COMPLETED)],
-            dropped=finished[(agent_id, TaskState.DROPPED)],
+            dropped=finished[(agent_id, TaskState.DROPPED)] + waiting[(agent_id, True)],
         )
     return activity
 

@@ -74,7 +74,7 @@ def scenarios(
             "own handoff ready for validation": (handoff(config, me, {"canValidate": True}), False),
             "someone else's handoff": (handoff(config, "planner", {"canValidate": False}), False),
         }
-    if role == "implementation" and topic == "VALIDATION_RESULT":
+    if role in ("implementation", "orchestrator") and topic == "VALIDATION_RESULT":
         one_rejects = {v: v != validators[-1] for v in validators}
         all_approve = {v: (True if n % 2 else "true") for n, v in enumerate(validators)}
         one_missing = dict.fromkeys(validators[:-1], False)
@@ -122,4 +122,4 @@ def test_the_builtins_have_scripts_to_test() -> None:
     found = [param.id for param in scripted_triggers()]
 
     assert len(found) == 13
-    assert "worker-validator:worker:triggers[3]" in found
+    assert "worker-validator:completion-detector:triggers[0]" in found
