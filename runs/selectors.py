@@ -148,6 +148,36 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
     return activity
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingTrigger:
+    """A message waiting in a busy agent's trigger buffer, judged when its task ends."""
+
+    agent_id: str
+    message_id: str
+    topic: str
+    sequence: int
+    buffered_at: int
+
+
+# Waiting triggers a page lists at most (an agent holds up to 200).
+WAITING_SHOWN = 200
+
+
+def triggers_waiting(
+    *, cluster_id: str, agent_id: str | None = None, limit: int = WAITING_SHOWN
+) -> list[WaitingTrigger]:
+    """The triggers the agents' buffers hold, each agent's next to be judged first (one query
+    on ``trigger_buffer_order``); dropped ones are counted by ``agent_activity``, not listed."""
+    rows = BufferedTrigger.objects.filter(cluster_id=cluster_id, dropped=False)
+    if agent_id:
+        rows = rows.filter(agent_id=agent_id)
+    fields = ("agent_id", "message_id", "topic", "message_sequence", "buffered_at")
+    return [
+        WaitingTrigger(*row)
+        for row in rows.order_by("agent_id", "message_sequence").values_list(*fields)[:limit]
+    ]
+
+
 # Runners listed at most: a fleet is tens of runners; each restart names a new one (host:pid).
 RUNNERS_MAX = 500
 

@@ -149,6 +149,12 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         }
         for task in page
     ]
+    # Triggers waiting for a busy agent are what queued tasks behind a running one were.
+    waiting = (
+        tasks.triggers_waiting(cluster_id=cluster.id, agent_id=values["agent"] or None)
+        if values["state"] in ("", TaskState.QUEUED) and not values["before"]
+        else []
+    )
     query = {k: v for k, v in (("agent", values["agent"]), ("state", values["state"])) if v}
     older = None
     if len(page) == TASK_PAGE:
@@ -163,6 +169,7 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         context={
             "cluster": cluster,
             "rows": rows,
+            "waiting": waiting,
             "filters": values,
             "older": older,
             "live": live,

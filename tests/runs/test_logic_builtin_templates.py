@@ -74,7 +74,7 @@ def scenarios(
             "own handoff ready for validation": (handoff(config, me, {"canValidate": True}), False),
             "someone else's handoff": (handoff(config, "planner", {"canValidate": False}), False),
         }
-    if role in ("implementation", "orchestrator") and topic == "VALIDATION_RESULT":
+    if role == "implementation" and topic == "VALIDATION_RESULT":
         one_rejects = {v: v != validators[-1] for v in validators}
         all_approve = {v: (True if n % 2 else "true") for n, v in enumerate(validators)}
         one_missing = dict.fromkeys(validators[:-1], False)
@@ -121,5 +121,5 @@ def test_every_trigger_script_goes_both_ways(
 def test_the_builtins_have_scripts_to_test() -> None:
     found = [param.id for param in scripted_triggers()]
 
-    assert len(found) == 13
-    assert "worker-validator:completion-detector:triggers[0]" in found
+    assert len(found) == 10
+    assert "worker-validator:worker:triggers[2]" in found
