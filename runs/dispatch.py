@@ -69,8 +69,6 @@ VALIDATOR_ROLE = "validator"
 # A stop_cluster reason is a short word or sentence; a longer one is cut (SPEC §7.1).
 STOP_REASON_MAX = 2_000
 _VIEW_MEMO_LIMIT = 1000
-# Stands for a task this batch queues: it has no id until written, and cannot end in this batch.
-_PLANNED = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +188,7 @@ class Dispatcher:
         if _trigger_for(agent, message.topic) is None:
             return False
         turns = offering.turns
-        if turns.busy.get(agent.id):
+        if turns.busy(agent.id):
             entry = Buffered(
                 agent_id=agent.id, id=message.id, topic=message.topic, sequence=message.sequence
             )
@@ -202,7 +200,7 @@ class Dispatcher:
         """Judge the agent's buffered messages, oldest first, while it stays idle (zeroshot's
         ``drainBufferedMessages``). True when the agent stopped the cluster."""
         turns = offering.turns
-        while not turns.busy.get(agent.id):
+        while not turns.busy(agent.id):
             entry = buffer_pop(turns, offering.writes.buffers, agent.id)
             if entry is None:
                 return False
@@ -246,8 +244,7 @@ class Dispatcher:
             writes.steps.append(_complete(sender=agent.id, reason=reason))
             return True
         writes.steps.append(QueueTask(agent=agent, message=message))
-        turns.busy.setdefault(agent.id, set()).add(_PLANNED)
-        turns.runs[agent.id] += 1
+        turns.queued(agent.id)
         return False
 
     def _view(self, batch: Batch) -> LedgerView:
@@ -292,12 +289,10 @@ def _settle(message: MessageRecord, offering: _Offering) -> set[str]:
         message.topic == lifecycle.LIFECYCLE and data.get("event") == "TASK_COMPLETED"
     )
     task_id = str(data["taskId"])
-    open_tasks = offering.turns.busy.get(message.sender)
-    if not ends or not open_tasks or task_id not in open_tasks:
+    if not ends or not offering.turns.settle(message.sender, task_id):
         return set()
-    open_tasks.discard(task_id)
     offering.writes.buffers.settled[task_id] = message.sequence
-    return set() if open_tasks else {message.sender}
+    return set() if offering.turns.busy(message.sender) else {message.sender}
 
 
 def _buffered_message(entry: Buffered, offering: _Offering) -> MessageRecord | None:

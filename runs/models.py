@@ -15,7 +15,8 @@ class TaskState(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    # Never run: its agent's buffer of waiting triggers was full (SPEC §7.3).
+    # Never run: its agent's queue of waiting tasks was full. Only tasks from before the trigger
+    # buffer (``BufferedTrigger``, docs/decisions/0130) are in it: a full buffer now drops a row.
     DROPPED = "dropped"
 
 

@@ -8,7 +8,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from context.agents import AgentSpec
 from ledger import interfaces as ledger
@@ -80,40 +80,76 @@ class Buffered:
     row: int | None = None
 
 
-@dataclass
 class AgentTurns:
     """Where each agent of a cluster stands for its triggers, as of the pipeline's cursor.
 
-    ``busy``: the agent's tasks that have not ended for its triggers (queued, claimed, or ended
-    after the cursor); ``runs``: how many tasks it has had (``agent.iteration``); ``buffered``:
-    the messages waiting for it, oldest first.
+    Read once per batch with one grouped query: how many tasks each agent has had
+    (``agent.iteration``) and how many have not ended for its triggers (busy while any). The
+    ids of those tasks, and the messages waiting in the buffers, are read only when a batch
+    needs them (a task's end, a busy agent's trigger): an idle agent's trigger costs one query.
     """
 
-    busy: dict[str, set[str]] = field(default_factory=dict)
-    runs: Counter[str] = field(default_factory=Counter)
-    buffered: dict[str, deque[Buffered]] = field(default_factory=dict)
+    def __init__(self, *, cluster_id: str) -> None:
+        self.cluster_id = cluster_id
+        self.runs: Counter[str] = Counter()
+        self._open: Counter[str] = Counter()
+        tasks = Task.objects.filter(cluster_id=cluster_id).values("agent_id")
+        counted = tasks.annotate(runs=Count("id"), open=Count("id", filter=_UNSETTLED))
+        for agent_id, runs, open_tasks in counted.values_list("agent_id", "runs", "open"):
+            self.runs[agent_id] = runs
+            self._open[agent_id] = open_tasks
+        self._open_ids: dict[str, set[str]] | None = None
+        self._buffered: dict[str, deque[Buffered]] | None = None
+
+    def busy(self, agent_id: str) -> bool:
+        return self._open[agent_id] > 0
+
+    def queued(self, agent_id: str) -> None:
+        """The batch queues a task for the agent: it is busy, and has one more task."""
+        self._open[agent_id] += 1
+        self.runs[agent_id] += 1
+
+    def settle(self, agent_id: str, task_id: str) -> bool:
+        """The task's end was offered; True when it was one of the agent's open tasks."""
+        if not self._open[agent_id]:
+            return False
+        if self._open_ids is None:
+            self._open_ids = {}
+            unsettled = Task.objects.filter(_UNSETTLED, cluster_id=self.cluster_id)
+            for agent, open_id in unsettled.values_list("agent_id", "id"):
+                self._open_ids.setdefault(agent, set()).add(open_id)
+        ids = self._open_ids.get(agent_id, set())
+        if task_id not in ids:
+            return False
+        ids.discard(task_id)
+        self._open[agent_id] -= 1
+        return True
+
+    def buffered(self, agent_id: str) -> deque[Buffered]:
+        """The messages waiting for the agent, oldest first (all buffers read at once)."""
+        if self._buffered is None:
+            self._buffered = {}
+            waiting = BufferedTrigger.objects.filter(cluster_id=self.cluster_id, dropped=False)
+            fields = ("agent_id", "message_id", "topic", "message_sequence", "id")
+            for agent, message_id, topic, sequence, row_id in waiting.order_by(
+                "agent_id", "message_sequence"
+            ).values_list(*fields):
+                entry = Buffered(
+                    agent_id=agent, id=message_id, topic=topic, sequence=sequence, row=row_id
+                )
+                self._buffered.setdefault(agent, deque()).append(entry)
+        return self._buffered.setdefault(agent_id, deque())
+
+
+# A task that holds its agent busy: its end not offered yet; cancelled and dropped ones never do.
+_UNSETTLED = Q(settled_sequence__isnull=True) & ~Q(
+    state__in=(TaskState.CANCELLED, TaskState.DROPPED)
+)
 
 
 def agent_turns(*, cluster_id: str) -> AgentTurns:
-    """Each agent's turn as the trigger stage left it (three indexed queries)."""
-    turns = AgentTurns()
-    tasks = Task.objects.filter(cluster_id=cluster_id)
-    unsettled = tasks.filter(settled_sequence__isnull=True).exclude(
-        state__in=(TaskState.CANCELLED, TaskState.DROPPED)
-    )
-    for agent_id, task_id in unsettled.values_list("agent_id", "id"):
-        turns.busy.setdefault(agent_id, set()).add(task_id)
-    counts = tasks.values("agent_id").annotate(n=Count("id")).values_list("agent_id", "n")
-    turns.runs.update(dict(counts))
-    waiting = BufferedTrigger.objects.filter(cluster_id=cluster_id, dropped=False).order_by(
-        "agent_id", "message_sequence"
-    )
-    for row in waiting.values_list("agent_id", "message_id", "topic", "message_sequence", "id"):
-        agent_id, message_id, topic, sequence, row_id = row
-        turns.buffered.setdefault(agent_id, deque()).append(
-            Buffered(agent_id=agent_id, id=message_id, topic=topic, sequence=sequence, row=row_id)
-        )
-    return turns
+    """Each agent's turn as the trigger stage left it."""
+    return AgentTurns(cluster_id=cluster_id)
 
 
 @dataclass
@@ -166,7 +202,7 @@ class BufferWrites:
 def buffer_push(turns: AgentTurns, writes: BufferWrites, entry: Buffered) -> None:
     """Keep ``entry`` at the end of its agent's buffer; past ``BUFFER_LIMIT`` the oldest waiting
     one is dropped and counted (zeroshot's ``bufferMessage``)."""
-    waiting = turns.buffered.setdefault(entry.agent_id, deque())
+    waiting = turns.buffered(entry.agent_id)
     while len(waiting) >= BUFFER_LIMIT:
         oldest = waiting.popleft()
         if oldest.row is not None:
@@ -180,7 +216,7 @@ def buffer_push(turns: AgentTurns, writes: BufferWrites, entry: Buffered) -> Non
 
 def buffer_pop(turns: AgentTurns, writes: BufferWrites, agent_id: str) -> Buffered | None:
     """The oldest message waiting for ``agent_id``, taken out to be judged."""
-    waiting = turns.buffered.get(agent_id)
+    waiting = turns.buffered(agent_id)
     if not waiting:
         return None
     entry = waiting.popleft()
