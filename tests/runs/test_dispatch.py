@@ -387,6 +387,36 @@ def test_trigger_logic_reads_agent_output(api: Any, db: None) -> None:
     assert tasks(cid) == [("worker", "GO", 1), ("watcher", "LOOK", 1)]
 
 
+def test_hook_scripts_read_agent_output_too(api: Any, db: None) -> None:
+    # the same view for hooks (zeroshot src/agent/agent-hook-executor.js runs them on the ledger
+    # its logic engine queries)
+    script = (
+        "return { topic: 'DONE', content: { text: 'done',"
+        " data: { outputs: ledger.count({ topic: 'AGENT_OUTPUT' }) } } };"
+    )
+    hook = {
+        "action": "publish_message",
+        "config": {"topic": "DONE"},
+        "transform": {"engine": "javascript", "script": script},
+    }
+    cid = running(agent("worker", {"topic": "GO"}, hooks={"onComplete": hook}))
+    publish(cid, "GO")
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    for line in ("one", "two"):
+        sent = api.post(
+            f"/api/v1/tasks/{lease['id']}/output",
+            {"lease_id": lease["lease_id"], "lines": [line]},
+        )
+        assert sent.status_code == 200, sent.content
+    done = api.post(
+        f"/api/v1/tasks/{lease['id']}/complete",
+        {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+    )
+    assert done.status_code == 200, done.content
+    [message] = message_query(cluster_id=cid, where=MessageFilter(topic="DONE"))
+    assert message.data == {"outputs": 2}
+
+
 def test_imported_messages_and_clusters_not_running_trigger_nothing(db: None) -> None:
     # given a running cluster and one not started
     live = running(agent("worker", {"topic": "GO"}))
