@@ -506,3 +506,25 @@ def test_a_stored_config_that_cannot_run_fails_its_cluster_and_says_why(db: None
     assert "agents[0].triggers[0].action" in failed.data["error"]
     assert cluster_get(cluster_id=cid).state == "failed"
     assert tasks(cid) == []
+
+
+def test_a_batch_that_overflows_a_buffer_stores_the_drop_and_never_the_judged(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given an empty buffer of room 2, and one batch that keeps three messages, then judges one
+    monkeypatch.setattr(queue, "BUFFER_LIMIT", 2)
+    cid = running(agent("worker", {"topic": "GO"}))
+    turns = queue.agent_turns(cluster_id=cid)
+    writes = queue.BufferWrites()
+    entries = [
+        queue.Buffered(agent_id="worker", id=f"m{n}", topic="GO", sequence=n) for n in (1, 2, 3)
+    ]
+    for entry in entries:
+        queue.buffer_push(turns, writes, entry)
+    judged = queue.buffer_pop(turns, writes, "worker")
+    # when the batch is written
+    writes.apply(cluster_id=cid, running=True)
+    # then the first is stored as dropped, the second was judged (never stored), the third waits
+    assert judged == entries[1]
+    rows = BufferedTrigger.objects.order_by("message_sequence")
+    assert list(rows.values_list("message_id", "dropped")) == [("m1", True), ("m3", False)]
