@@ -235,7 +235,7 @@ def test_a_busy_agents_trigger_is_judged_when_it_is_idle_against_the_ledger_then
     api: Any, db: None
 ) -> None:
     # zeroshot src/agent/agent-lifecycle.js:294-306 buffers a trigger-matching message before
-    # its logic while the agent is busy; src/message-buffer.ts:81-100 drains it once idle, and
+    # its logic while the agent is busy; src/message-buffer.ts:78-100 drains it once idle, and
     # the logic (src/logic-engine.js) then reads the ledger as it is at that moment.
     # given a worker whose GO logic passes for the first GO, or once an ALLOW was published
     logic = "return message.content.data.first === true || ledger.count({ topic: 'ALLOW' }) > 0;"
@@ -367,7 +367,7 @@ def test_a_cluster_that_ends_lets_its_buffers_go(api: Any, db: None) -> None:
 
 
 def test_trigger_logic_reads_agent_output(api: Any, db: None) -> None:
-    # zeroshot's ledger holds AGENT_OUTPUT (src/agent/agent-task-executor.js broadcastLine);
+    # zeroshot's ledger holds AGENT_OUTPUT (src/agent/agent-task-executor.js:1526, broadcastLine);
     # its logic engine queries it like any other topic (src/logic-engine.js).
     logic = "return ledger.count({ topic: 'AGENT_OUTPUT' }) > 0;"
     cid = running(

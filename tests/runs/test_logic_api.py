@@ -164,8 +164,8 @@ def test_query_limit_offset_and_order_follow_zeroshot() -> None:
 
 
 def test_raw_output_lines_are_in_the_view_as_in_zeroshots_ledger() -> None:
-    # zeroshot publishes AGENT_OUTPUT on its message bus (src/agent/agent-task-executor.js
-    # broadcastLine) and its logic engine queries that ledger unfiltered (src/logic-engine.js).
+    # zeroshot publishes AGENT_OUTPUT on its message bus (src/agent/agent-task-executor.js:1526)
+    # and its logic engine queries that ledger unfiltered (src/logic-engine.js).
     run = validation_run()
 
     assert value("return ledger.count({ topic: 'AGENT_OUTPUT' });", run) == 1
