@@ -528,3 +528,37 @@ def test_a_batch_that_overflows_a_buffer_stores_the_drop_and_never_the_judged(
     assert judged == entries[1]
     rows = BufferedTrigger.objects.order_by("message_sequence")
     assert list(rows.values_list("message_id", "dropped")) == [("m1", True), ("m3", False)]
+
+
+def test_a_batch_whose_writes_fail_is_written_once_when_retried(
+    api: Any, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given the buffer's writes failing once after they were made, in each batch that has some
+    real_apply = queue.BufferWrites.apply
+    failures: list[int] = []
+
+    def apply_then_fail(self: queue.BufferWrites, *, cluster_id: str, running: bool) -> None:
+        real_apply(self, cluster_id=cluster_id, running=running)
+        if len(failures) % 2 == 0:
+            failures.append(1)
+            raise RuntimeError("the database went away after the buffer was written")
+        failures.append(0)
+
+    monkeypatch.setattr(queue.BufferWrites, "apply", apply_then_fail)
+    cid = running(agent("worker", {"topic": "GO"}))
+    with override_settings(PIPELINE_ATTEMPTS=3):
+        publish(cid, "GO")
+        lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+        # when a GO is buffered, and the task's end judges it, each batch failing once
+        publish(cid, "GO")
+        assert buffered(cid) == [("worker", "GO", False)]
+        done = api.post(
+            f"/api/v1/tasks/{lease['id']}/complete",
+            {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+        )
+        assert done.status_code == 200
+    # then every write is there once: one buffered row, then one task for it and no row left
+    assert 1 in failures
+    assert tasks(cid) == [("worker", "GO", 1), ("worker", "GO", 2)]
+    assert buffered(cid) == []
+    assert Task.objects.filter(settled_sequence__isnull=False).count() == 1
