@@ -415,15 +415,23 @@ def message_tail_topics(
 
 
 def message_window(
-    *, cluster_id: str, up_to_sequence: int, limit: int, skip_topic: str | None = None
+    *,
+    cluster_id: str,
+    up_to_sequence: int,
+    limit: int,
+    skip_topic: str | None = None,
+    only_topic: str | None = None,
 ) -> list[MessageRecord]:
-    """The newest ``limit`` messages up to a sequence (without one topic), oldest first.
+    """The newest ``limit`` messages up to a sequence (without one topic, or of one topic
+    only), oldest first.
 
     Walks the ``(cluster, sequence)`` unique index backwards from ``up_to_sequence``.
     """
     messages = _messages(cluster_id=cluster_id, where=MessageFilter(up_to_sequence=up_to_sequence))
     if skip_topic is not None:
         messages = messages.exclude(topic=skip_topic)
+    if only_topic is not None:
+        messages = messages.filter(topic=only_topic)
     newest = list(messages.order_by("-sequence")[:limit])
     newest.reverse()
     return [message_record(m, cluster_id=cluster_id) for m in newest]

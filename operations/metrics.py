@@ -39,7 +39,7 @@ from ledger.interfaces import MessageRecord, bus, now_ms
 from ledger.models import Cluster
 from operations.lag import pipeline_lagging
 from runs.logic.engine import sandbox_observe, sandbox_pool_stats
-from runs.models import OPEN_STATES, Task, TaskState
+from runs.models import OPEN_STATES, BufferedTrigger, Task, TaskState
 from runs.selectors import runners_seen_count
 
 # zeroshot's topic vocabulary by its first word; anything else is "other".
@@ -226,6 +226,22 @@ class LedgerCollector(Collector):
             oldest.add_metric([agent, pool], max(0.0, (now - int(first)) / 1000))
         yield depth
         yield oldest
+
+        # What queued tasks behind a running one used to count: triggers a busy agent keeps.
+        waiting = GaugeMetricFamily(
+            "zeroshot_triggers_waiting",
+            "Trigger-matching messages waiting for a busy agent (its buffer), by agent and pool.",
+            labels=["agent", "pool"],
+        )
+        kept = (
+            BufferedTrigger.objects.filter(dropped=False)
+            .values_list("agent_id")
+            .annotate(n=Count("pk"))
+            .order_by()
+        )
+        for agent, n in kept:
+            waiting.add_metric([agent, "default"], float(n))
+        yield waiting
 
         open_tasks = Task.objects.filter(state__in=OPEN_STATES)
         expired = GaugeMetricFamily(

@@ -1,11 +1,14 @@
 """Trigger dispatch (SPEC §7.1): the pipeline stage that turns messages into tasks.
 
 Each published message of a ``running`` cluster is offered, after the snapshotter has seen it,
-to every agent of the cluster's config in config order. An agent's triggers are tried in order;
-the first whose topic matches and whose ``logic`` passes decides: ``execute_task`` queues a task
-for the agent, ``stop_cluster`` publishes ``CLUSTER_COMPLETE``. Scripts run while the pipeline
-plans, outside any write transaction; the tasks and messages they lead to are written with the
-pipeline's cursor, so each message's reactions are committed exactly once.
+to every agent of the cluster's config in config order. The agent's first trigger whose topic
+matches decides: while the agent is busy (a task of it has not ended) the message waits in its
+buffer, before any logic runs; otherwise the trigger's ``logic`` says whether it acts —
+``execute_task`` queues a task, ``stop_cluster`` publishes ``CLUSTER_COMPLETE``. The message
+that ends an agent's task makes it idle and its buffer is judged then, oldest first. Scripts run
+while the pipeline plans, outside any write transaction; the tasks, messages and buffer rows
+they lead to are written with the pipeline's cursor, so each message's reactions are committed
+exactly once (docs/decisions/0130-trigger-buffer-before-logic.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from context.agents import AgentConfigError, AgentSpec, config_agents
+from context.agents import AgentConfigError, AgentSpec, Trigger, config_agents
 from context.completion import config_with_completion
 from ledger import interfaces as ledger
 from ledger.interfaces import (
@@ -33,7 +36,6 @@ from ledger.interfaces import (
 from runs import lifecycle, operations
 from runs.logic import (
     DEFAULT_STOP_REASON,
-    VIEW_MAX_MESSAGES,
     AgentInfo,
     ClusterInfo,
     LedgerView,
@@ -41,7 +43,18 @@ from runs.logic import (
     trigger_logic_evaluate,
 )
 from runs.models import Task
-from runs.services.queue import task_queue, tasks_cancel
+from runs.script_view import script_view_read
+from runs.services.queue import (
+    AgentTurns,
+    Buffered,
+    BufferWrites,
+    TriggerRef,
+    agent_turns,
+    buffer_pop,
+    buffer_push,
+    task_queue,
+    tasks_cancel,
+)
 from runs.signals import tasks_changed
 from runs.states import TaskEvent, tasks_move
 
@@ -60,7 +73,7 @@ class QueueTask:
     """Queue a task for an agent, triggered by a message."""
 
     agent: AgentSpec
-    message: MessageRecord
+    message: TriggerRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,7 @@ class DispatchWrites:
     """What a batch's messages lead to, in the order they led to it."""
 
     steps: list[QueueTask | MessageDraft | ConfigChange] = field(default_factory=list)
+    buffers: BufferWrites = field(default_factory=BufferWrites)
     ends: bool = False
 
     def apply(self, writer: ClusterWriter) -> None:
@@ -113,10 +127,22 @@ class DispatchWrites:
                     step.apply(writer)
             else:
                 writer.append([step], now=ledger.now_ms())
-        if self.ends or writer.state != ClusterState.RUNNING:
+        running = not self.ends and writer.state == ClusterState.RUNNING
+        self.buffers.apply(cluster_id=writer.cluster_id, running=running)
+        if not running:
             tasks_cancel(cluster_id=writer.cluster_id, reason="the cluster is no longer running")
         if queued:
             transaction.on_commit(tasks_changed.notify)
+
+
+@dataclass
+class _Offering:
+    """What one batch's offers share: the cluster, the view, each agent's turn, the writes."""
+
+    info: ClusterInfo
+    view: LedgerView
+    turns: AgentTurns
+    writes: DispatchWrites
 
 
 class Dispatcher:
@@ -137,7 +163,13 @@ class Dispatcher:
         ledger.pipeline.unregister(self)
 
     def plan(self, batch: Batch) -> DispatchWrites | None:
-        """Offer each published message of the batch to the cluster's agents."""
+        """Offer each published message of the batch to the cluster's agents.
+
+        An agent busy with a task keeps the messages its triggers match in its buffer; the
+        message that ends its task (``TASK_COMPLETED``, its final ``AGENT_ERROR``) makes it idle,
+        and its buffer is judged then, oldest first, against the ledger as of that message
+        (zeroshot's ``agent-lifecycle.js`` ``handleMessage`` and ``message-buffer.ts``).
+        """
         if not batch.cluster.agents:
             return None
         writes = DispatchWrites()
@@ -152,6 +184,7 @@ class Dispatcher:
         info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
         view = self._view(batch)
         live = {m.sequence for m in batch.live}
+        offering: _Offering | None = None
         for message in batch.messages:
             view.append(message.to_wire())
             if message.sequence not in live:
@@ -161,11 +194,21 @@ class Dispatcher:
                 writes.ends = True
             if not running or not offered(message):
                 continue
+            if offering is None:
+                # Read once per batch, and only when a message is offered.
+                offering = _Offering(
+                    info=info, view=view, turns=agent_turns(cluster_id=info.id), writes=writes
+                )
+            idle_again = _settle(message, offering)
             for agent in agents:
-                step = self._offer(agent, message=message, view=view, info=info, writes=writes)
-                if isinstance(step, MessageDraft):
+                if self._offer(agent, message=message, offering=offering):
                     running = False  # stop_cluster: nothing triggers after it
                     break
+            for agent in agents:
+                if not running:
+                    break
+                if agent.id in idle_again and self._drain(agent, offering):
+                    running = False  # a buffered message stopped the cluster
             if running and message.topic == operations.CLUSTER_OPERATIONS:
                 outcome = operations.operations_plan(
                     message, config=config, template=batch.cluster.template, version=version
@@ -177,55 +220,76 @@ class Dispatcher:
                     config, agents = outcome.config, changed
                     version += 1
                     info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
+                    offering.info = info
                 if outcome is not None:
                     writes.steps.extend(outcome.drafts)
                     running = running and not outcome.fails_cluster
         self._keep(batch.cluster.id, view, batch.upto)
-        return writes if writes.steps or writes.ends else None
+        return writes if writes.steps or writes.ends or writes.buffers else None
 
-    def _offer(
-        self,
-        agent: AgentSpec,
-        *,
-        message: MessageRecord,
-        view: LedgerView,
-        info: ClusterInfo,
-        writes: DispatchWrites,
-    ) -> QueueTask | MessageDraft | None:
-        """Try the agent's triggers on a message; the first that matches and passes decides."""
-        for trigger in agent.triggers:
-            if not trigger.matches(message.topic):
-                continue
-            if trigger.logic is not None:
-                outcome = trigger_logic_evaluate(
-                    trigger.logic.source,
-                    message=message.to_wire(),
-                    view=view,
-                    cluster=info,
-                    agent=AgentInfo(id=agent.id, role=agent.role),
-                )
-                if isinstance(outcome, LogicError):
-                    writes.steps.append(
-                        lifecycle.agent_error_draft(
-                            agent_id=agent.id,
-                            phase="trigger_logic",
-                            error=outcome.message,
-                            topic=message.topic,
-                            messageId=message.id,
-                        )
+    def _offer(self, agent: AgentSpec, *, message: MessageRecord, offering: _Offering) -> bool:
+        """Offer a message to an agent: kept in its buffer while it is busy, else judged now.
+        True when the agent stopped the cluster."""
+        if _trigger_for(agent, message.topic) is None:
+            return False
+        turns = offering.turns
+        if turns.busy(agent.id):
+            entry = Buffered(
+                agent_id=agent.id, id=message.id, topic=message.topic, sequence=message.sequence
+            )
+            buffer_push(turns, offering.writes.buffers, entry)
+            return False
+        return self._judge(agent, message=message, offering=offering)
+
+    def _drain(self, agent: AgentSpec, offering: _Offering) -> bool:
+        """Judge the agent's buffered messages, oldest first, while it stays idle (zeroshot's
+        ``drainBufferedMessages``). True when the agent stopped the cluster."""
+        turns = offering.turns
+        while not turns.busy(agent.id):
+            entry = buffer_pop(turns, offering.writes.buffers, agent.id)
+            if entry is None:
+                return False
+            message = _buffered_message(entry, offering)
+            if message is not None and self._judge(agent, message=message, offering=offering):
+                return True
+        return False
+
+    def _judge(self, agent: AgentSpec, *, message: MessageRecord, offering: _Offering) -> bool:
+        """Run the first trigger whose topic matches: its logic (none: true) decides whether the
+        agent acts; later triggers are not tried (zeroshot's ``findMatchingTrigger``).
+        True when the agent stopped the cluster."""
+        trigger = _trigger_for(agent, message.topic)
+        if trigger is None:
+            return False
+        writes, turns = offering.writes, offering.turns
+        if trigger.logic is not None:
+            outcome = trigger_logic_evaluate(
+                trigger.logic.source,
+                message=message.to_wire(),
+                view=offering.view,
+                cluster=offering.info,
+                agent=AgentInfo(id=agent.id, role=agent.role, iteration=turns.runs[agent.id]),
+            )
+            if isinstance(outcome, LogicError):
+                writes.steps.append(
+                    lifecycle.agent_error_draft(
+                        agent_id=agent.id,
+                        phase="trigger_logic",
+                        error=outcome.message,
+                        topic=message.topic,
+                        messageId=message.id,
                     )
-                    continue  # a script that fails counts as false
-                if not outcome.passed:
-                    continue
-            step: QueueTask | MessageDraft
-            if trigger.action == "stop_cluster":
-                # zeroshot's executeTriggerAction (src/agent/agent-lifecycle.js): its fixed reason.
-                step = _complete(sender=agent.id, reason=DEFAULT_STOP_REASON)
-            else:
-                step = QueueTask(agent=agent, message=message)
-            writes.steps.append(step)
-            return step
-        return None
+                )
+                return False  # a script that fails counts as false
+            if not outcome.passed:
+                return False
+        if trigger.action == "stop_cluster":
+            # zeroshot's executeTriggerAction (src/agent/agent-lifecycle.js): its fixed reason.
+            writes.steps.append(_complete(sender=agent.id, reason=DEFAULT_STOP_REASON))
+            return True
+        writes.steps.append(QueueTask(agent=agent, message=message))
+        turns.queued(agent.id)
+        return False
 
     def _view(self, batch: Batch) -> LedgerView:
         """The cluster as of the batch's start: kept from the last batch, else read again."""
@@ -234,13 +298,7 @@ class Dispatcher:
             kept = self._views.pop(batch.cluster.id, None)
         if kept is not None and kept[1] == batch.after:
             return kept[0]
-        messages = ledger.message_window(
-            cluster_id=batch.cluster.id,
-            up_to_sequence=batch.after,
-            limit=VIEW_MAX_MESSAGES,
-            skip_topic=lifecycle.AGENT_OUTPUT,
-        )
-        return LedgerView(m.to_wire() for m in messages)
+        return script_view_read(cluster_id=batch.cluster.id, up_to_sequence=batch.after)
 
     def _keep(self, cluster_id: str, view: LedgerView, upto: int) -> None:
         with self._lock:
@@ -258,6 +316,38 @@ def offered(message: MessageRecord) -> bool:
         and isinstance(data, Mapping)
         and data.get("phase") == "trigger_logic"
     )
+
+
+def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:
+    """The agent's first trigger whose topic matches: the one that decides (SPEC §7.1)."""
+    return next((t for t in agent.triggers if t.matches(topic)), None)
+
+
+def _settle(message: MessageRecord, offering: _Offering) -> set[str]:
+    """The agents whose task this message ends (its ``TASK_COMPLETED`` or final
+    ``AGENT_ERROR``, sent by the agent with the task's id): idle from it on."""
+    data = message.data
+    if not isinstance(data, Mapping) or not isinstance(data.get("taskId"), str):
+        return set()
+    ends = message.topic == lifecycle.AGENT_ERROR or (
+        message.topic == lifecycle.LIFECYCLE and data.get("event") == "TASK_COMPLETED"
+    )
+    task_id = str(data["taskId"])
+    if not ends or not offering.turns.settle(message.sender, task_id):
+        return set()
+    offering.writes.buffers.settled[task_id] = message.sequence
+    return set() if offering.turns.busy(message.sender) else {message.sender}
+
+
+def _buffered_message(entry: Buffered, offering: _Offering) -> MessageRecord | None:
+    """A buffered message as it was published: from the view, else from the ledger."""
+    wire = offering.view.get(entry.sequence)
+    if wire is not None and wire.get("id") == entry.id:
+        return MessageRecord.from_wire(wire)
+    try:
+        return ledger.message_get(cluster_id=offering.info.id, message_id=entry.id)
+    except ledger.NotFound:
+        return None
 
 
 def _complete(*, sender: str, reason: str) -> MessageDraft:

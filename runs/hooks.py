@@ -22,7 +22,6 @@ from ledger import interfaces as ledger
 from ledger.interfaces import JSON, ClusterRecord, MessageDraft, ServiceError
 from runs import lifecycle
 from runs.logic import (
-    VIEW_MAX_MESSAGES,
     AgentInfo,
     ClusterInfo,
     LedgerView,
@@ -36,6 +35,7 @@ from runs.logic import (
     transform_missing_fields,
 )
 from runs.records import TaskRecord
+from runs.script_view import script_view_read
 
 # zeroshot runs a failing onComplete hook this many times, then fails the cluster
 # (src/agent/agent-lifecycle.js, executeOnCompleteHookWithRetry: hookMaxRetries = 3).
@@ -461,13 +461,9 @@ class _Scope:
 
     def view(self) -> LedgerView:
         if self._view is None:
-            messages = ledger.message_window(
-                cluster_id=self.cluster.id,
-                up_to_sequence=self.cluster.last_sequence,
-                limit=VIEW_MAX_MESSAGES,
-                skip_topic=lifecycle.AGENT_OUTPUT,
+            self._view = script_view_read(
+                cluster_id=self.cluster.id, up_to_sequence=self.cluster.last_sequence
             )
-            self._view = LedgerView(m.to_wire() for m in messages)
             release_pooled_connection()
         return self._view
 

@@ -15,7 +15,8 @@ class TaskState(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    # Never run: its agent's buffer of waiting triggers was full (SPEC §7.3).
+    # Never run: its agent's queue of waiting tasks was full. Only tasks from before the trigger
+    # buffer (``BufferedTrigger``, docs/decisions/0130) are in it: a full buffer now drops a row.
     DROPPED = "dropped"
 
 
@@ -64,6 +65,11 @@ class Task(models.Model):
     # the same messages, another body is refused (SPEC §7.4).
     completion_hash = models.CharField(max_length=64, blank=True, default="")
     completion_messages = models.JSONField(default=list, blank=True)
+    # The sequence of the message that ended this task for its agent's triggers (its
+    # ``TASK_COMPLETED`` or final ``AGENT_ERROR``), written by the trigger stage as it offers that
+    # message. Until then the agent is busy: its trigger-matching messages are buffered
+    # (``BufferedTrigger``), judged when it ends (SPEC §7.1, docs/decisions/0130).
+    settled_sequence = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = (
@@ -85,6 +91,39 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.agent_id}#{self.iteration} {self.state}"
+
+
+class BufferedTrigger(models.Model):
+    """A trigger-matching message offered to an agent while it was busy, kept before its logic
+    ran; judged, oldest first, when the agent's task ends (SPEC §7.1, §7.3; zeroshot's message
+    buffer). Written only by the trigger stage, with the pipeline's cursor: a row is deleted when
+    judged, and marked ``dropped`` when ``BUFFER_LIMIT`` newer ones waited."""
+
+    cluster = models.ForeignKey(
+        "ledger.Cluster", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    agent_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=128)
+    message_sequence = models.BigIntegerField()
+    topic = models.CharField(max_length=64)
+    buffered_at = models.BigIntegerField(help_text="ms")
+    dropped = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(
+                fields=["cluster", "agent_id", "message_id"], name="trigger_buffered_once"
+            ),
+        )
+        indexes = (
+            models.Index(
+                fields=["cluster", "dropped", "agent_id", "message_sequence"],
+                name="trigger_buffer_order",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} <- {self.topic}#{self.message_sequence}"
 
 
 class Runner(models.Model):

@@ -18,7 +18,7 @@ from ledger.interfaces import (
     message_latest_by_cluster,
     now_ms,
 )
-from runs.models import OPEN_STATES, Runner, Task, TaskState
+from runs.models import OPEN_STATES, BufferedTrigger, Runner, Task, TaskState
 from runs.records import RunnerRecord, TaskRecord, states_matching
 
 DEFAULT_PAGE = 50
@@ -109,7 +109,8 @@ class AgentActivity:
 
 
 def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentActivity]:
-    """Each agent's state from its tasks (two queries)."""
+    """Each agent's state from its tasks, and the triggers its buffer holds or dropped (three
+    queries)."""
     open_tasks = Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).order_by(
         "created_at", "id"
     )
@@ -123,6 +124,15 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
         finished[(agent, state)] += 1
         if created >= newest_finished.get(agent, (-1, ""))[0]:
             newest_finished[agent] = (created, state)
+    waiting: Counter[tuple[str, bool]] = Counter()
+    kept = (
+        BufferedTrigger.objects.filter(cluster_id=cluster_id)
+        .values("agent_id", "dropped")
+        .annotate(n=Count("pk"))
+        .values_list("agent_id", "dropped", "n")
+    )
+    for agent, dropped, n in kept:
+        waiting[(agent, dropped)] += n
     activity = {}
     for agent_id in agent_ids:
         tasks = by_agent.get(agent_id, [])
@@ -140,11 +150,42 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
             agent_id=agent_id,
             state=state,
             current=task_record(current) if current is not None else None,
-            buffered=max(0, len(tasks) - 1),
+            # Tasks queued behind the current one only predate the buffer (docs/decisions/0130).
+            buffered=max(0, len(tasks) - 1) + waiting[(agent_id, False)],
             completed=finished[(agent_id, TaskState.COMPLETED)],
-            dropped=finished[(agent_id, TaskState.DROPPED)],
+            dropped=finished[(agent_id, TaskState.DROPPED)] + waiting[(agent_id, True)],
         )
     return activity
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingTrigger:
+    """A message waiting in a busy agent's trigger buffer, judged when its task ends."""
+
+    agent_id: str
+    message_id: str
+    topic: str
+    sequence: int
+    buffered_at: int
+
+
+# Waiting triggers a page lists at most (an agent holds up to 200).
+WAITING_SHOWN = 200
+
+
+def triggers_waiting(
+    *, cluster_id: str, agent_id: str | None = None, limit: int = WAITING_SHOWN
+) -> list[WaitingTrigger]:
+    """The triggers the agents' buffers hold, each agent's next to be judged first (one query
+    on ``trigger_buffer_order``); dropped ones are counted by ``agent_activity``, not listed."""
+    rows = BufferedTrigger.objects.filter(cluster_id=cluster_id, dropped=False)
+    if agent_id:
+        rows = rows.filter(agent_id=agent_id)
+    fields = ("agent_id", "message_id", "topic", "message_sequence", "buffered_at")
+    return [
+        WaitingTrigger(*row)
+        for row in rows.order_by("agent_id", "message_sequence").values_list(*fields)[:limit]
+    ]
 
 
 # Runners listed at most: a fleet is tens of runners; each restart names a new one (host:pid).

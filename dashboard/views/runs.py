@@ -196,6 +196,12 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
         }
         for task in page
     ]
+    # Triggers waiting for a busy agent are what queued tasks behind a running one were.
+    waiting = (
+        tasks.triggers_waiting(cluster_id=cluster.id, agent_id=values["agent"] or None)
+        if values["state"] in ("", TaskState.QUEUED) and not values["before"]
+        else []
+    )
     query = {k: v for k, v in (("agent", values["agent"]), ("state", values["state"])) if v}
     older = None
     if len(page) == TASK_PAGE:
@@ -211,6 +217,7 @@ def tasks_page(request: HtmxHttpRequest, cluster_id: str) -> HttpResponse:
             "cluster": cluster,
             "condition": tasks.cluster_conditions([cluster])[cluster.id],
             "rows": rows,
+            "waiting": waiting,
             "filters": values,
             "older": older,
             "live": live,

@@ -34,13 +34,22 @@ from runs.logic.records import (
 )
 from runs.logic.results import result_parse
 from runs.logic.scripts import hook_logic_evaluate, transform_evaluate, trigger_logic_evaluate
-from runs.logic.view import VIEW_MAX_BYTES, VIEW_MAX_MESSAGES, LedgerView, script_message
+from runs.logic.view import (
+    OUTPUT_MAX_BYTES,
+    OUTPUT_MAX_MESSAGES,
+    VIEW_MAX_BYTES,
+    VIEW_MAX_MESSAGES,
+    LedgerView,
+    script_message,
+)
 
 __all__ = [
     "DEFAULT_STOP_REASON",
     "ERROR_TEXT_MAX",
     "JSON",
     "MEMORY_LIMIT_BYTES",
+    "OUTPUT_MAX_BYTES",
+    "OUTPUT_MAX_MESSAGES",
     "TIME_LIMIT_S",
     "TRANSFORM_TIME_LIMIT_S",
     "VIEW_MAX_BYTES",

@@ -119,27 +119,21 @@
 
   // ---- helpers --------------------------------------------------------------------------------
 
-  // The same test as the built-in completion rule (SPEC §7.1): true and "true" both approve.
-  function approves(message) {
-    const data = message && message.content ? message.content.data : undefined;
-    return data !== null && typeof data === 'object' && String(data.approved) === 'true';
-  }
-
   function allResponded(expected, topic, since) {
     const found = positions({ topic, since });
     const responders = new Set(found.map((p) => index.names[index.sender[p]]));
     return (expected || []).every((a) => responders.has((a && a.id) || a));
   }
 
-  // SPEC §7.2: every validator's newest message on `topic` since `since` approves. Without
-  // validator agents, zeroshot's rule: at least one message, and every one approves.
+  // zeroshot's (src/logic-engine.js helpers.hasConsensus): at least one response since `since`,
+  // and every one has content.data.approved === true (the boolean, nothing else).
   function hasConsensus(topic, since) {
-    const validators = cluster.getAgentsByRole('validator');
-    if (validators.length > 0) {
-      return validators.every((v) => approves(findLast({ topic, since, sender: v.id })));
-    }
     const responses = query({ topic, since });
-    return responses.length > 0 && responses.every(approves);
+    if (responses.length === 0) return false;
+    return responses.every((r) => {
+      const data = r && r.content ? r.content.data : undefined;
+      return data !== null && typeof data === 'object' && data.approved === true;
+    });
   }
 
   function hasMessagesSince(topic, since) {

@@ -1,11 +1,14 @@
 """The ledger as logic scripts see it: a bounded, ordered view of one cluster's messages.
 
 ``ledger.query``, ``findLast``, ``count`` and ``since`` inside a script are served from this view,
-never from the database (SPEC §7.2). It holds the newest messages of the cluster that are not
-``AGENT_OUTPUT`` (raw output lines, which scripts have no use for), oldest first, and keeps at
-most ``VIEW_MAX_MESSAGES`` of them and at most ``VIEW_MAX_BYTES`` of their JSON text: past either
-bound the oldest are dropped. The server keeps one per cluster, appends each message as the
-pipeline offers it, and asks for the view ``as_of`` a sequence when it has read further ahead.
+never from the database (SPEC §7.2). It holds the newest messages of the cluster, oldest first,
+``AGENT_OUTPUT`` included as zeroshot's ledger has it, and keeps at most ``VIEW_MAX_MESSAGES`` of
+them and at most ``VIEW_MAX_BYTES`` of their JSON text: past either bound the oldest are dropped.
+``AGENT_OUTPUT`` has a bound of its own within those (``OUTPUT_MAX_MESSAGES``,
+``OUTPUT_MAX_BYTES``; past it the oldest output goes first), so that an agent printing lines
+never pushes the cluster's other messages out of its scripts' sight (docs/decisions/0131).
+The server keeps one per cluster, appends each message as the pipeline offers it, and asks for
+the view ``as_of`` a sequence when it has read further ahead.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -23,8 +27,10 @@ from runs.logic.records import JSON
 VIEW_MAX_MESSAGES: Final = 10_000
 VIEW_MAX_BYTES: Final = 16 * 1024 * 1024
 
-# Raw output lines are never offered to scripts (SPEC §1.5 keeps them out of contexts as well).
-SKIPPED_TOPIC: Final = Topic.AGENT_OUTPUT
+# Raw output lines are in the view (zeroshot's ledger has them), within a bound of their own.
+OUTPUT_TOPIC: Final = Topic.AGENT_OUTPUT
+OUTPUT_MAX_MESSAGES: Final = 1_000
+OUTPUT_MAX_BYTES: Final = 4 * 1024 * 1024
 
 # Names every payload ever built in this process, so a sandbox worker can tell it already has one.
 _PAYLOAD_KEYS: Final = itertools.count(1)
@@ -72,7 +78,7 @@ class ViewPayload:
 
 
 class LedgerView:
-    """The newest non-``AGENT_OUTPUT`` messages of one cluster, oldest first, within the bounds.
+    """The newest messages of one cluster, oldest first, within the bounds.
 
     Not thread-safe: one pipeline worker owns it. ``payload()`` returns immutable strings, which
     an evaluation may use on another thread.
@@ -84,13 +90,20 @@ class LedgerView:
         *,
         max_messages: int = VIEW_MAX_MESSAGES,
         max_bytes: int = VIEW_MAX_BYTES,
+        max_output_messages: int = OUTPUT_MAX_MESSAGES,
+        max_output_bytes: int = OUTPUT_MAX_BYTES,
     ) -> None:
-        if max_messages < 1 or max_bytes < 1:
+        if min(max_messages, max_bytes, max_output_messages, max_output_bytes) < 1:
             raise ValueError("a ledger view needs room for at least one message")
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.max_output_messages = max_output_messages
+        self.max_output_bytes = max_output_bytes
         self._entries: list[_Entry] = []
         self._bytes = 0
+        # The AGENT_OUTPUT entries held (their sequences, oldest first) and their bytes.
+        self._outputs: deque[int] = deque()
+        self._output_bytes = 0
         self._payload: ViewPayload | None = None
         self.extend(messages)
 
@@ -112,14 +125,20 @@ class LedgerView:
         """The messages held, oldest first, in the shape scripts read."""
         return [json.loads(entry.text) for entry in self._entries]
 
+    def get(self, sequence: int) -> dict[str, JSON] | None:
+        """The message held at ``sequence``, in the shape scripts read; None when not held."""
+        at = bisect.bisect_left(self._entries, sequence, key=lambda entry: entry.sequence)
+        if at < len(self._entries) and self._entries[at].sequence == sequence:
+            loaded: dict[str, JSON] = json.loads(self._entries[at].text)
+            return loaded
+        return None
+
     def append(self, message: Mapping[str, JSON]) -> None:
-        """Add the next message of the cluster; ``AGENT_OUTPUT`` is skipped.
+        """Add the next message of the cluster.
 
         Sequences must increase: the view is the cluster as of its newest message.
         """
         shaped = script_message(message)
-        if shaped["topic"] == SKIPPED_TOPIC:
-            return
         last = self.last_sequence
         if last is not None and shaped["sequence"] <= last:
             raise ValueError(
@@ -144,10 +163,18 @@ class LedgerView:
     def as_of(self, sequence: int) -> LedgerView:
         """A copy holding only the messages up to and including ``sequence``."""
         end = bisect.bisect_right(self._entries, sequence, key=lambda entry: entry.sequence)
-        view = LedgerView(max_messages=self.max_messages, max_bytes=self.max_bytes)
+        view = LedgerView(
+            max_messages=self.max_messages,
+            max_bytes=self.max_bytes,
+            max_output_messages=self.max_output_messages,
+            max_output_bytes=self.max_output_bytes,
+        )
         # A prefix of a view within its bounds is within them too.
         view._entries = self._entries[:end]
         view._bytes = sum(len(entry.text) for entry in view._entries)
+        outputs = [e for e in view._entries if e.topic == OUTPUT_TOPIC]
+        view._outputs = deque(e.sequence for e in outputs)
+        view._output_bytes = sum(len(e.text) for e in outputs)
         return view
 
     def payload(self) -> ViewPayload:
@@ -160,6 +187,10 @@ class LedgerView:
         self._entries.append(entry)
         self._bytes += len(entry.text)
         self._payload = None
+        if entry.topic == OUTPUT_TOPIC:
+            self._outputs.append(entry.sequence)
+            self._output_bytes += len(entry.text)
+            self._drop_outputs()
         drop = 0
         # Keep the newest message even when it alone passes the byte bound.
         while len(self._entries) - drop > 1 and (
@@ -168,7 +199,23 @@ class LedgerView:
             self._bytes -= len(self._entries[drop].text)
             drop += 1
         if drop:
+            for gone in self._entries[:drop]:
+                if gone.topic == OUTPUT_TOPIC:
+                    self._outputs.popleft()
+                    self._output_bytes -= len(gone.text)
             del self._entries[:drop]
+
+    def _drop_outputs(self) -> None:
+        """Past the output bound, drop the oldest ``AGENT_OUTPUT`` (the newest one stays)."""
+        while len(self._outputs) > 1 and (
+            len(self._outputs) > self.max_output_messages
+            or self._output_bytes > self.max_output_bytes
+        ):
+            sequence = self._outputs.popleft()
+            at = bisect.bisect_left(self._entries, sequence, key=lambda entry: entry.sequence)
+            gone = self._entries.pop(at)
+            self._bytes -= len(gone.text)
+            self._output_bytes -= len(gone.text)
 
 
 def _payload_of(entries: list[_Entry]) -> ViewPayload:

@@ -1,25 +1,45 @@
-"""Queuing tasks for triggered agents, and cancelling what a cluster's end leaves open."""
+"""Queuing tasks for triggered agents, the buffers of busy agents' triggers, and cancelling
+what a cluster's end leaves open."""
 
 from __future__ import annotations
 
 import secrets
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from django.db.models import Count, Q
 
 from context.agents import AgentSpec
 from ledger import interfaces as ledger
-from ledger.interfaces import ClusterWriter, MessageDraft, MessageRecord, Topic
+from ledger.interfaces import ClusterWriter, MessageDraft, Topic
 from runs import lifecycle
-from runs.models import Task, TaskState
-from runs.states import TaskEvent, task_move, tasks_move
+from runs.models import BufferedTrigger, Task, TaskState
+from runs.states import TaskEvent, tasks_move
 
 # Triggers kept while an agent is busy (SPEC §7.3); past it the oldest waiting one is dropped.
 BUFFER_LIMIT = 200
 
 
-def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecord) -> int:
+class TriggerRef(Protocol):
+    """The message that triggers a task: a ``MessageRecord`` or what a buffer row keeps of it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def sender(self) -> str: ...
+
+
+def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: TriggerRef) -> int:
     """Queue a task for ``agent`` triggered by ``message``; 1 when queued, 0 when not.
 
     Runs inside the pipeline's transaction. A message that already queued this agent's task is
-    not queued again; past ``maxIterations`` the cluster fails instead (SPEC §7.3).
+    not queued again; past ``maxIterations`` the cluster fails instead (SPEC §7.3). The trigger
+    stage queues a task only for an idle agent: a busy one's triggers wait in its buffer.
     """
     agent_id = agent.id
     tasks = Task.objects.filter(cluster_id=writer.cluster_id, agent_id=agent_id)
@@ -30,16 +50,6 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecor
     if iteration > limit:
         _fail_cluster(writer, agent=agent, iteration=iteration, limit=limit)
         return 0
-    waiting = tasks.filter(state=TaskState.QUEUED).order_by("created_at", "id")
-    if waiting.count() >= BUFFER_LIMIT:
-        oldest = waiting.first()
-        assert oldest is not None
-        task_move(
-            oldest,
-            TaskEvent.DROP,
-            now=ledger.now_ms(),
-            error=f"dropped: {BUFFER_LIMIT} newer triggers were waiting",
-        )
     now = ledger.now_ms()
     Task.objects.create(
         id=f"task_{secrets.token_hex(16)}",
@@ -59,9 +69,172 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: MessageRecor
     return 1
 
 
+# --- the trigger buffer (SPEC §7.1, §7.3; docs/decisions/0130) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    """A message waiting in an agent's buffer; ``row`` is None until the pipeline stores it."""
+
+    agent_id: str
+    id: str
+    topic: str
+    sequence: int
+    row: int | None = None
+
+
+class AgentTurns:
+    """Where each agent of a cluster stands for its triggers, as of the pipeline's cursor.
+
+    Read once per batch with one grouped query: how many tasks each agent has had
+    (``agent.iteration``) and how many have not ended for its triggers (busy while any). The
+    ids of those tasks, and the messages waiting in the buffers, are read only when a batch
+    needs them (a task's end, a busy agent's trigger): an idle agent's trigger costs one query.
+    """
+
+    def __init__(self, *, cluster_id: str) -> None:
+        self.cluster_id = cluster_id
+        self.runs: Counter[str] = Counter()
+        self._open: Counter[str] = Counter()
+        tasks = Task.objects.filter(cluster_id=cluster_id).values("agent_id")
+        counted = tasks.annotate(runs=Count("id"), open=Count("id", filter=_UNSETTLED))
+        for agent_id, runs, open_tasks in counted.values_list("agent_id", "runs", "open"):
+            self.runs[agent_id] = runs
+            self._open[agent_id] = open_tasks
+        self._open_ids: dict[str, set[str]] | None = None
+        self._buffered: dict[str, deque[Buffered]] | None = None
+
+    def busy(self, agent_id: str) -> bool:
+        return self._open[agent_id] > 0
+
+    def queued(self, agent_id: str) -> None:
+        """The batch queues a task for the agent: it is busy, and has one more task."""
+        self._open[agent_id] += 1
+        self.runs[agent_id] += 1
+
+    def settle(self, agent_id: str, task_id: str) -> bool:
+        """The task's end was offered; True when it was one of the agent's open tasks."""
+        if not self._open[agent_id]:
+            return False
+        if self._open_ids is None:
+            self._open_ids = {}
+            unsettled = Task.objects.filter(_UNSETTLED, cluster_id=self.cluster_id)
+            for agent, open_id in unsettled.values_list("agent_id", "id"):
+                self._open_ids.setdefault(agent, set()).add(open_id)
+        ids = self._open_ids.get(agent_id, set())
+        if task_id not in ids:
+            return False
+        ids.discard(task_id)
+        self._open[agent_id] -= 1
+        return True
+
+    def buffered(self, agent_id: str) -> deque[Buffered]:
+        """The messages waiting for the agent, oldest first (all buffers read at once)."""
+        if self._buffered is None:
+            self._buffered = {}
+            waiting = BufferedTrigger.objects.filter(cluster_id=self.cluster_id, dropped=False)
+            fields = ("agent_id", "message_id", "topic", "message_sequence", "id")
+            for agent, message_id, topic, sequence, row_id in waiting.order_by(
+                "agent_id", "message_sequence"
+            ).values_list(*fields):
+                entry = Buffered(
+                    agent_id=agent, id=message_id, topic=topic, sequence=sequence, row=row_id
+                )
+                self._buffered.setdefault(agent, deque()).append(entry)
+        return self._buffered.setdefault(agent_id, deque())
+
+
+# A task that holds its agent busy: its end not offered yet; cancelled and dropped ones never do.
+_UNSETTLED = Q(settled_sequence__isnull=True) & ~Q(
+    state__in=(TaskState.CANCELLED, TaskState.DROPPED)
+)
+
+
+def agent_turns(*, cluster_id: str) -> AgentTurns:
+    """Each agent's turn as the trigger stage left it."""
+    return AgentTurns(cluster_id=cluster_id)
+
+
+@dataclass
+class BufferWrites:
+    """What a batch does to the buffers and to the ends of tasks, written with its cursor."""
+
+    stored: list[Buffered] = field(default_factory=list)  # new rows, waiting
+    stored_dropped: list[Buffered] = field(default_factory=list)  # new rows dropped at once
+    judged: list[int] = field(default_factory=list)  # stored rows whose logic ran
+    dropped: list[int] = field(default_factory=list)  # stored rows let go
+    settled: dict[str, int] = field(default_factory=dict)  # task id -> ending sequence
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.stored or self.stored_dropped or self.judged or self.dropped or self.settled
+        )
+
+    def apply(self, *, cluster_id: str, running: bool) -> None:
+        """Store, drop and delete buffer rows, and mark the tasks that ended (a few queries)."""
+        for task_id, sequence in self.settled.items():
+            Task.objects.filter(pk=task_id, settled_sequence__isnull=True).update(
+                settled_sequence=sequence
+            )
+        if not running:
+            return  # tasks_cancel cleared the buffers: nothing waits in a cluster that ended
+        if self.judged:
+            BufferedTrigger.objects.filter(cluster_id=cluster_id, pk__in=self.judged).delete()
+        if self.dropped:
+            BufferedTrigger.objects.filter(cluster_id=cluster_id, pk__in=self.dropped).update(
+                dropped=True
+            )
+        now = ledger.now_ms()
+        rows = [
+            BufferedTrigger(
+                cluster_id=cluster_id,
+                agent_id=b.agent_id,
+                message_id=b.id,
+                message_sequence=b.sequence,
+                topic=b.topic,
+                buffered_at=now,
+                dropped=dropped,
+            )
+            for stored, dropped in ((self.stored, False), (self.stored_dropped, True))
+            for b in stored
+        ]
+        if rows:
+            BufferedTrigger.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def buffer_push(turns: AgentTurns, writes: BufferWrites, entry: Buffered) -> None:
+    """Keep ``entry`` at the end of its agent's buffer; past ``BUFFER_LIMIT`` the oldest waiting
+    one is dropped and counted (zeroshot's ``bufferMessage``)."""
+    waiting = turns.buffered(entry.agent_id)
+    while len(waiting) >= BUFFER_LIMIT:
+        oldest = waiting.popleft()
+        if oldest.row is not None:
+            writes.dropped.append(oldest.row)
+        else:
+            writes.stored.remove(oldest)
+            writes.stored_dropped.append(oldest)
+    waiting.append(entry)
+    writes.stored.append(entry)
+
+
+def buffer_pop(turns: AgentTurns, writes: BufferWrites, agent_id: str) -> Buffered | None:
+    """The oldest message waiting for ``agent_id``, taken out to be judged."""
+    waiting = turns.buffered(agent_id)
+    if not waiting:
+        return None
+    entry = waiting.popleft()
+    if entry.row is not None:
+        writes.judged.append(entry.row)
+    else:
+        writes.stored.remove(entry)
+    return entry
+
+
 def tasks_cancel(*, cluster_id: str, reason: str) -> int:
-    """Cancel every open task of a cluster (it stopped, completed or failed)."""
+    """Cancel every open task of a cluster (it stopped, completed or failed), and let go of the
+    triggers its agents' buffers held: none of them will be judged."""
     tasks = Task.objects.filter(cluster_id=cluster_id)
+    BufferedTrigger.objects.filter(cluster_id=cluster_id).delete()
     return tasks_move(tasks, TaskEvent.CANCEL, now=ledger.now_ms(), error=reason)
 
 

@@ -364,8 +364,8 @@ def test_cluster_page_query_count_does_not_grow_with_the_ledger(
     many("large", 300)
 
     # session, user, cluster, one timeline page, the pipeline's cursor (read-your-writes), open
-    # and finished tasks, latest builds, newest snapshot, the config versions
-    with django_assert_num_queries(10):
+    # and finished tasks, the trigger buffers, latest builds, newest snapshot, the config versions
+    with django_assert_num_queries(11):
         small = operator_client.get("/clusters/small/")
     with django_assert_num_queries(10):
         large = operator_client.get("/clusters/large/")
@@ -599,8 +599,8 @@ def test_search_page_query_count_is_pinned(
     many("big", 300)
 
     # session, user, cluster, the search (snippets included), the pipeline's cursor, open and
-    # finished tasks, latest builds, newest snapshot, the config versions
-    with django_assert_num_queries(10):
+    # finished tasks, the trigger buffers, latest builds, newest snapshot, the config versions
+    with django_assert_num_queries(11):
         response = operator_client.get("/clusters/big/", {"q": "step"})
     # htmx: the region only
     with django_assert_num_queries(4):

@@ -12,7 +12,7 @@ from context.models import ContextBuild
 from context.services.templates import templates_load_builtin
 from ledger.interfaces import MessageDraft, cluster_create, cluster_get, message_publish
 from ledger.models import Cluster
-from runs.models import Task
+from runs.models import BufferedTrigger, Task
 from runs.services import task_claim, task_complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -78,11 +78,11 @@ def test_the_agents_panel_query_count_is_pinned(
     for _ in range(5):
         go(cid)
     # session, user, cluster, the pipeline's cursor (read-your-writes), open tasks, finished
-    # tasks, latest builds
-    with django_assert_num_queries(7):
+    # tasks, the trigger buffers (four GOs wait), latest builds
+    with django_assert_num_queries(8):
         operator.get(f"/clusters/{cid}/agents-panel/", {"v": 1}, headers=HX)
     # a page drawn from another config version gets the topology too: its versions, one more
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         operator.get(f"/clusters/{cid}/agents-panel/", {"v": 0}, headers=HX)
 
 
@@ -256,10 +256,13 @@ def test_the_metrics_page_keeps_each_agents_billed_over_estimated_ratio(operator
 
 
 def test_the_topology_says_how_the_cluster_ends(operator: Client) -> None:
-    templates_load_builtin()
-    from context.services.templates import cluster_create_from_template
-
-    own = cluster_create_from_template(template_name="worker-validator", params={}).id
+    judge = {
+        "id": "judge",
+        "role": "orchestrator",
+        "prompt": "Judge.",
+        "triggers": [{"topic": "VALIDATION_RESULT", "action": "stop_cluster"}],
+    }
+    own = cluster_create(cluster_id="own", config={"agents": [worker(), judge]}).id
     validator = {
         "id": "checker",
         "role": "validator",
@@ -319,6 +322,28 @@ def test_the_tasks_table_refreshes_itself_while_the_cluster_runs(operator: Clien
     assert "state-completed" in done
 
 
+def test_the_tasks_page_shows_the_triggers_waiting_for_a_busy_agent(operator: Client) -> None:
+    # given a worker busy with a task and two GOs that came meanwhile (SPEC §7.1)
+    cid = running(worker())
+    go(cid)
+    assert task_claim(worker="box-1") is not None
+    go(cid)
+    go(cid)
+    waiting = list(BufferedTrigger.objects.order_by("message_sequence"))
+    # when the operator opens the tasks tab
+    html = operator.get(f"/clusters/{cid}/tasks/").content.decode()
+    # then they are listed, the next to be judged first, where queued tasks would have been
+    assert "Waiting triggers" in html
+    links = [f'href="/clusters/{cid}/messages/{w.message_sequence}.json"' for w in waiting]
+    assert all(link in html for link in links)
+    assert html.index(links[0]) < html.index(links[1])
+    # and a filter on another state leaves them out
+    assert (
+        "Waiting triggers"
+        not in operator.get(f"/clusters/{cid}/tasks/", {"state": "completed"}).content.decode()
+    )
+
+
 def test_the_tasks_page_query_count_is_pinned(
     operator: Client, django_assert_num_queries: Any
 ) -> None:
@@ -328,8 +353,14 @@ def test_the_tasks_page_query_count_is_pinned(
         claimed = task_claim(worker="box-1")
         assert claimed is not None
         task_complete(task_id=claimed.task.id, lease_id=claimed.task.lease_id, result={})
-    # session, user, cluster, tasks, their builds' estimates
-    with django_assert_num_queries(5):
-        operator.get(f"/clusters/{cid}/tasks/")
-    with django_assert_num_queries(5):
+    go(cid)
+    claim = task_claim(worker="box-1")
+    assert claim is not None
+    for _ in range(3):
+        go(cid)  # waiting in the worker's buffer
+    # session, user, cluster, tasks, their builds' estimates, the waiting triggers
+    with django_assert_num_queries(6):
+        page = operator.get(f"/clusters/{cid}/tasks/")
+    assert page.content.decode().count('class="trigger-waiting"') == 3
+    with django_assert_num_queries(6):
         operator.get(f"/clusters/{cid}/tasks/", headers=HX)

@@ -187,6 +187,27 @@ def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) ->
     )
 
 
+@pytest.mark.django_db(transaction=True)  # the pipeline runs as each publish commits
+@override_settings(OPERATIONS_METRICS_TOKEN=TOKEN)
+def test_triggers_waiting_for_a_busy_agent_are_counted(api: ApiClient) -> None:
+    # given the worker-validator's worker busy with its task, and two more ISSUE_OPENED for it
+    templates_load_builtin()
+    cluster_id = cluster_create_from_template(template_name="worker-validator", params={}).id
+    response = api.post(f"/api/v1/clusters/{cluster_id}/start", {"issue": {"text": "Add it"}})
+    assert response.status_code == 200, response.content
+    assert api.post("/api/v1/tasks/claim", {"wait": 0}).status_code == 200
+    for _ in range(2):
+        published = api.post(
+            f"/api/v1/clusters/{cluster_id}/messages",
+            {"topic": "ISSUE_OPENED", "sender": "op", "content": {"text": "and this"}},
+        )
+        assert published.status_code == 201, published.content
+    # then the scrape counts them where queued tasks behind a running one used to be counted
+    after = samples()
+    assert after[("zeroshot_triggers_waiting", (("agent", "worker"), ("pool", "default")))] == 2
+    assert ("zeroshot_queue_depth", (("agent", "worker"), ("pool", "default"))) not in after
+
+
 def test_open_websockets_are_counted_until_they_close() -> None:
     async def accepting(scope: Any, receive: Any, send: Any) -> None:
         await receive()

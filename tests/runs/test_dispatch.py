@@ -22,7 +22,10 @@ from ledger.interfaces import (
     message_query,
 )
 from ledger.pipeline import pipeline
-from runs.models import Task
+from runs.dispatch import dispatcher
+from runs.models import BufferedTrigger, Task
+from runs.selectors import agent_activity
+from runs.services import queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +51,28 @@ def publish(cluster_id: str, topic: str, *, sender: str = "someone", data: Any =
     message_publish(
         cluster_id=cluster_id, draft=MessageDraft(topic=topic, sender=sender, content=content)
     )
+
+
+def buffered(cluster_id: str) -> list[tuple[str, str, bool]]:
+    return list(
+        BufferedTrigger.objects.filter(cluster_id=cluster_id)
+        .order_by("agent_id", "message_sequence")
+        .values_list("agent_id", "topic", "dropped")
+    )
+
+
+def work_one(api: Any, *, output: str = "{}", **claim: Any) -> dict[str, Any] | None:
+    """Claim a task and complete it; the task, or None when nothing was claimable."""
+    response = api.post("/api/v1/tasks/claim", {"wait": 0, **claim})
+    if response.status_code == 204:
+        return None
+    task: dict[str, Any] = response.json()["task"]
+    done = api.post(
+        f"/api/v1/tasks/{task['id']}/complete",
+        {"lease_id": task["lease_id"], "result": {}, "output": output},
+    )
+    assert done.status_code == 200, done.content
+    return task
 
 
 def tasks(cluster_id: str) -> list[tuple[str, str, int]]:
@@ -87,35 +112,38 @@ def test_wildcard_and_prefix_triggers_queue_tasks(db: None) -> None:
     # when messages of several topics arrive
     publish(cid, "PLAN_READY")
     publish(cid, "VALIDATION_RESULT")
-    # then the wildcard saw both, the prefix one only its own
+    # then the wildcard matched both (the second waits in its buffer, for it is busy), the
+    # prefix one only its own
     assert tasks(cid) == [
         ("watcher", "PLAN_READY", 1),
-        ("watcher", "VALIDATION_RESULT", 2),
         ("checker", "VALIDATION_RESULT", 1),
     ]
+    assert buffered(cid) == [("watcher", "VALIDATION_RESULT", False)]
 
 
-def test_the_first_trigger_whose_logic_passes_decides(db: None) -> None:
-    # given an agent whose first trigger's logic is false for this message
+def test_the_first_trigger_whose_topic_matches_decides(db: None) -> None:
+    # zeroshot src/agent/agent-trigger-evaluator.ts:56 (`triggers.find` on the topic alone) and
+    # src/agent/agent-lifecycle.js:281-330: the found trigger's logic is the only one run.
+    # given an agent whose first GO trigger's logic refuses n = 1, and a second GO trigger
     cid = running(
         agent(
             "worker",
             {
                 "topic": "GO",
-                "logic": {"engine": "javascript", "script": "return false;"},
-                "action": "stop_cluster",
-            },
-            {
-                "topic": "GO",
                 "logic": {"engine": "javascript", "script": "return message.content.data.n > 1;"},
             },
+            {"topic": "GO", "action": "stop_cluster"},
+            {"topic": "*"},
         )
     )
-    # when two messages come, one its logic refuses
+    # when a message its first trigger's logic refuses comes
     publish(cid, "GO", data={"n": 1})
+    # then the agent does not act: later triggers are not tried
+    assert tasks(cid) == []
+    assert cluster_get(cluster_id=cid).state == "running"
+    # and a message the logic accepts queues its task
     publish(cid, "GO", data={"n": 2})
-    # then only the second queued a task, and nothing stopped the cluster
-    assert [t[1] for t in tasks(cid)] == ["GO"]
+    assert tasks(cid) == [("worker", "GO", 1)]
     assert cluster_get(cluster_id=cid).state == "running"
 
 
@@ -163,21 +191,22 @@ def test_stop_cluster_publishes_zeroshots_fixed_reason_to_system(db: None) -> No
     assert (complete.sender, complete.receiver) == ("judge", "system")
 
 
-def test_past_max_iterations_the_cluster_fails(db: None) -> None:
+def test_past_max_iterations_the_cluster_fails(api: Any, db: None) -> None:
     # given an agent allowed two iterations
     cid = running(agent("worker", {"topic": "GO"}, maxIterations=2))
-    # when it is triggered three times
+    # when it is triggered three times, each after its task before ended
     for _ in range(3):
         publish(cid, "GO")
+        work_one(api)
     # then the third trigger fails the cluster instead of queuing a task
     assert len(tasks(cid)) == 2
     lifecycle = message_query(
         cluster_id=cid, where=MessageFilter(topic="AGENT_LIFECYCLE"), limit=None
     )
-    assert [m.data["event"] for m in lifecycle] == ["MAX_ITERATIONS_REACHED"]
+    assert [m.data["event"] for m in lifecycle][-1] == "MAX_ITERATIONS_REACHED"
     # zeroshot: src/agent/agent-lifecycle.js:394-405 (handleMaxIterations: the iterations run,
     # and CLUSTER_FAILED published by the agent itself, to system)
-    assert lifecycle[0].data["iteration"] == 2
+    assert lifecycle[-1].data["iteration"] == 2
     [failed] = message_query(cluster_id=cid, where=MessageFilter(topic="CLUSTER_FAILED"))
     assert failed.data["reason"] == "max_iterations"
     assert (failed.sender, failed.receiver) == ("worker", "system")
@@ -207,6 +236,192 @@ def test_triggers_while_busy_are_buffered_in_order(api: Any, db: None) -> None:
     go = [m.id for m in message_query(cluster_id=cid, where=MessageFilter(topic="GO"))]
     assert [t["triggering_message"]["id"] for t in claimed] == go
     assert [t["iteration"] for t in claimed] == [1, 2, 3, 4]
+
+
+def test_a_busy_agents_trigger_is_judged_when_it_is_idle_against_the_ledger_then(
+    api: Any, db: None
+) -> None:
+    # zeroshot src/agent/agent-lifecycle.js:294-306 buffers a trigger-matching message before
+    # its logic while the agent is busy; src/message-buffer.ts:78-100 drains it once idle, and
+    # the logic (src/logic-engine.js) then reads the ledger as it is at that moment.
+    # given a worker whose GO logic passes for the first GO, or once an ALLOW was published
+    logic = "return message.content.data.first === true || ledger.count({ topic: 'ALLOW' }) > 0;"
+    cid = running(
+        agent("worker", {"topic": "GO", "logic": {"engine": "javascript", "script": logic}})
+    )
+    publish(cid, "GO", data={"first": True})
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    # when a GO its logic would refuse now arrives while the worker is busy, and ALLOW after it
+    publish(cid, "GO", data={"first": False})
+    publish(cid, "ALLOW")
+    # then it waits, unjudged
+    assert buffered(cid) == [("worker", "GO", False)]
+    assert tasks(cid) == [("worker", "GO", 1)]
+    # and when the running task ends, it is judged with ALLOW in sight, and queues a task
+    done = api.post(
+        f"/api/v1/tasks/{lease['id']}/complete",
+        {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+    )
+    assert done.status_code == 200
+    assert tasks(cid) == [("worker", "GO", 1), ("worker", "GO", 2)]
+    assert buffered(cid) == []
+    second = Task.objects.get(iteration=2)
+    go = message_query(cluster_id=cid, where=MessageFilter(topic="GO"))
+    assert second.trigger_message_id == go[1].id
+
+
+def test_a_buffered_trigger_the_logic_refuses_then_is_let_go(api: Any, db: None) -> None:
+    # given a busy worker whose GO logic refuses once a STOP was published
+    logic = "return ledger.count({ topic: 'STOP' }) === 0;"
+    cid = running(
+        agent("worker", {"topic": "GO", "logic": {"engine": "javascript", "script": logic}})
+    )
+    publish(cid, "GO")
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    # when GO comes while it works (its logic would pass now), then STOP
+    publish(cid, "GO")
+    publish(cid, "STOP")
+    # and its task fails for good (AGENT_ERROR ends it as TASK_COMPLETED would)
+    failed = api.post(
+        f"/api/v1/tasks/{lease['id']}/fail",
+        {"lease_id": lease["lease_id"], "error": "broken", "retryable": False},
+    )
+    assert failed.status_code == 200
+    # then the buffered GO was judged as of then: refused, and gone from the buffer
+    assert tasks(cid) == [("worker", "GO", 1)]
+    assert buffered(cid) == []
+
+
+def test_agent_iteration_is_the_number_of_tasks_the_agent_has_run(api: Any, db: None) -> None:
+    # zeroshot src/agent/agent-lifecycle.js:314-318 passes agent.iteration to the logic, and
+    # :647 counts it up as each task starts.
+    logic = "return message.content.data.n === agent.iteration;"
+    cid = running(
+        agent("worker", {"topic": "GO", "logic": {"engine": "javascript", "script": logic}})
+    )
+    # given two tasks run, each triggered when n equalled the iterations so far
+    for n in (0, 1):
+        publish(cid, "GO", data={"n": n})
+        assert work_one(api) is not None
+    # when n lags behind the agent's iterations
+    publish(cid, "GO", data={"n": 1})
+    # then the logic refuses it; n = 2 is accepted
+    assert len(tasks(cid)) == 2
+    publish(cid, "GO", data={"n": 2})
+    assert tasks(cid)[-1] == ("worker", "GO", 3)
+
+
+def test_a_full_buffer_drops_its_oldest_trigger_and_counts_it(
+    api: Any, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # zeroshot src/message-buffer.ts:23-37: at most 200 waiting, the oldest shifted out.
+    monkeypatch.setattr(queue, "BUFFER_LIMIT", 2)
+    cid = running(agent("worker", {"topic": "GO"}))
+    publish(cid, "GO", data={"n": 0})
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    # when three GOs arrive while it works
+    for n in (1, 2, 3):
+        publish(cid, "GO", data={"n": n})
+    # then the oldest waiting one is dropped and counted, two wait
+    assert buffered(cid) == [
+        ("worker", "GO", True),
+        ("worker", "GO", False),
+        ("worker", "GO", False),
+    ]
+    activity = agent_activity(cluster_id=cid, agent_ids=["worker"])["worker"]
+    assert (activity.state, activity.buffered, activity.dropped) == ("running", 2, 1)
+    # and the two left run in turn, in the order they came
+    api.post(
+        f"/api/v1/tasks/{lease['id']}/complete",
+        {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+    )
+    ran = [work_one(api), work_one(api), work_one(api)]
+    assert ran[2] is None
+    go = {m.id: m.data["n"] for m in message_query(cluster_id=cid, where=MessageFilter(topic="GO"))}
+    assert [go[t["triggering_message"]["id"]] for t in ran[:2] if t] == [2, 3]
+
+
+def test_the_buffer_outlives_the_process_that_kept_it(api: Any, db: None) -> None:
+    # given a busy worker with a buffered GO, and then a server that starts afresh (nothing of
+    # the trigger stage kept in memory)
+    cid = running(agent("worker", {"topic": "GO"}))
+    publish(cid, "GO")
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    publish(cid, "GO")
+    dispatcher._views.clear()
+    # when its task ends
+    api.post(
+        f"/api/v1/tasks/{lease['id']}/complete",
+        {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+    )
+    # then the buffered GO became its next task, once
+    assert tasks(cid) == [("worker", "GO", 1), ("worker", "GO", 2)]
+    assert Task.objects.get(iteration=1).settled_sequence is not None
+    assert buffered(cid) == []
+
+
+def test_a_cluster_that_ends_lets_its_buffers_go(api: Any, db: None) -> None:
+    cid = running(
+        agent("worker", {"topic": "GO"}),
+        agent("judge", {"topic": "DONE", "action": "stop_cluster"}),
+    )
+    publish(cid, "GO")
+    publish(cid, "GO")
+    assert buffered(cid) == [("worker", "GO", False)]
+    publish(cid, "DONE")
+    assert buffered(cid) == []
+    assert list(Task.objects.values_list("state", flat=True)) == ["cancelled"]
+
+
+def test_trigger_logic_reads_agent_output(api: Any, db: None) -> None:
+    # zeroshot's ledger holds AGENT_OUTPUT (src/agent/agent-task-executor.js:1526, broadcastLine);
+    # its logic engine queries it like any other topic (src/logic-engine.js).
+    logic = "return ledger.count({ topic: 'AGENT_OUTPUT' }) > 0;"
+    cid = running(
+        agent("worker", {"topic": "GO"}),
+        agent("watcher", {"topic": "LOOK", "logic": {"engine": "javascript", "script": logic}}),
+    )
+    publish(cid, "LOOK")
+    assert tasks(cid) == []
+    publish(cid, "GO")
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    sent = api.post(
+        f"/api/v1/tasks/{lease['id']}/output", {"lease_id": lease["lease_id"], "lines": ["hi"]}
+    )
+    assert sent.status_code == 200, sent.content
+    dispatcher._views.clear()  # read from the database too, not only kept in memory
+    publish(cid, "LOOK")
+    assert tasks(cid) == [("worker", "GO", 1), ("watcher", "LOOK", 1)]
+
+
+def test_hook_scripts_read_agent_output_too(api: Any, db: None) -> None:
+    # the same view for hooks (zeroshot src/agent/agent-hook-executor.js runs them on the ledger
+    # its logic engine queries)
+    script = (
+        "return { topic: 'DONE', content: { text: 'done',"
+        " data: { outputs: ledger.count({ topic: 'AGENT_OUTPUT' }) } } };"
+    )
+    hook = {
+        "action": "publish_message",
+        "config": {"topic": "DONE"},
+        "transform": {"engine": "javascript", "script": script},
+    }
+    cid = running(agent("worker", {"topic": "GO"}, hooks={"onComplete": hook}))
+    publish(cid, "GO")
+    lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+    for line in ("one", "two"):
+        sent = api.post(
+            f"/api/v1/tasks/{lease['id']}/output",
+            {"lease_id": lease["lease_id"], "lines": [line]},
+        )
+        assert sent.status_code == 200, sent.content
+    done = api.post(
+        f"/api/v1/tasks/{lease['id']}/complete",
+        {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+    )
+    assert done.status_code == 200, done.content
+    [message] = message_query(cluster_id=cid, where=MessageFilter(topic="DONE"))
+    assert message.data == {"outputs": 2}
 
 
 def test_imported_messages_and_clusters_not_running_trigger_nothing(db: None) -> None:
@@ -298,3 +513,59 @@ def test_a_stored_config_that_cannot_run_fails_its_cluster_and_says_why(db: None
     assert "agents[0].triggers[0].action" in failed.data["error"]
     assert cluster_get(cluster_id=cid).state == "failed"
     assert tasks(cid) == []
+
+
+def test_a_batch_that_overflows_a_buffer_stores_the_drop_and_never_the_judged(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given an empty buffer of room 2, and one batch that keeps three messages, then judges one
+    monkeypatch.setattr(queue, "BUFFER_LIMIT", 2)
+    cid = running(agent("worker", {"topic": "GO"}))
+    turns = queue.agent_turns(cluster_id=cid)
+    writes = queue.BufferWrites()
+    entries = [
+        queue.Buffered(agent_id="worker", id=f"m{n}", topic="GO", sequence=n) for n in (1, 2, 3)
+    ]
+    for entry in entries:
+        queue.buffer_push(turns, writes, entry)
+    judged = queue.buffer_pop(turns, writes, "worker")
+    # when the batch is written
+    writes.apply(cluster_id=cid, running=True)
+    # then the first is stored as dropped, the second was judged (never stored), the third waits
+    assert judged == entries[1]
+    rows = BufferedTrigger.objects.order_by("message_sequence")
+    assert list(rows.values_list("message_id", "dropped")) == [("m1", True), ("m3", False)]
+
+
+def test_a_batch_whose_writes_fail_is_written_once_when_retried(
+    api: Any, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given the buffer's writes failing once after they were made, in each batch that has some
+    real_apply = queue.BufferWrites.apply
+    failures: list[int] = []
+
+    def apply_then_fail(self: queue.BufferWrites, *, cluster_id: str, running: bool) -> None:
+        real_apply(self, cluster_id=cluster_id, running=running)
+        if len(failures) % 2 == 0:
+            failures.append(1)
+            raise RuntimeError("the database went away after the buffer was written")
+        failures.append(0)
+
+    monkeypatch.setattr(queue.BufferWrites, "apply", apply_then_fail)
+    cid = running(agent("worker", {"topic": "GO"}))
+    with override_settings(PIPELINE_ATTEMPTS=3):
+        publish(cid, "GO")
+        lease = api.post("/api/v1/tasks/claim", {"wait": 0}).json()["task"]
+        # when a GO is buffered, and the task's end judges it, each batch failing once
+        publish(cid, "GO")
+        assert buffered(cid) == [("worker", "GO", False)]
+        done = api.post(
+            f"/api/v1/tasks/{lease['id']}/complete",
+            {"lease_id": lease["lease_id"], "result": {}, "output": "{}"},
+        )
+        assert done.status_code == 200
+    # then every write is there once: one buffered row, then one task for it and no row left
+    assert 1 in failures
+    assert tasks(cid) == [("worker", "GO", 1), ("worker", "GO", 2)]
+    assert buffered(cid) == []
+    assert Task.objects.filter(settled_sequence__isnull=False).count() == 1

@@ -121,5 +121,5 @@ def test_every_trigger_script_goes_both_ways(
 def test_the_builtins_have_scripts_to_test() -> None:
     found = [param.id for param in scripted_triggers()]
 
-    assert len(found) == 13
-    assert "worker-validator:worker:triggers[3]" in found
+    assert len(found) == 10
+    assert "worker-validator:worker:triggers[2]" in found

@@ -48,8 +48,8 @@ def test_content_keeps_falsy_data_and_unicode_text() -> None:
     assert message["content"] == {"text": "naïve ✓ 😀", "data": False}
 
 
-def test_agent_output_is_left_out_and_order_is_kept() -> None:
-    # given a run with raw output lines between its messages
+def test_agent_output_is_in_the_view_and_order_is_kept() -> None:
+    # given a run with raw output lines between its messages (zeroshot's ledger holds them)
     run = Run()
     run.publish("ISSUE_OPENED", "system", text="fix it")
     run.publish("AGENT_OUTPUT", "worker", text="thinking...")
@@ -58,9 +58,45 @@ def test_agent_output_is_left_out_and_order_is_kept() -> None:
     # when they are appended to a view
     view = run.view()
 
-    # then the output line is not there and the rest is oldest first
-    assert [m["topic"] for m in view.messages] == ["ISSUE_OPENED", "IMPLEMENTATION_READY"]
+    # then the output line is there, oldest first
+    assert [m["topic"] for m in view.messages] == [
+        "ISSUE_OPENED",
+        "AGENT_OUTPUT",
+        "IMPLEMENTATION_READY",
+    ]
     assert view.last_sequence == 3
+    output = view.get(2)
+    assert output is not None
+    assert output["content"]["text"] == "thinking..."
+    assert view.get(4) is None
+
+
+def test_agent_output_has_its_own_bound_and_never_pushes_other_messages_out() -> None:
+    # given a view that holds at most 3 output messages (and 200 bytes of them) among 10
+    run = Run()
+    run.publish("ISSUE_OPENED", "system", text="fix it")
+    for n in range(6):
+        run.publish("AGENT_OUTPUT", "worker", text=f"line {n}")
+    run.publish("IMPLEMENTATION_READY", "worker", text="done")
+    view = LedgerView(max_messages=10, max_output_messages=3)
+    view.extend(run.messages)
+
+    # then the oldest outputs went first; the issue and the handoff stayed
+    texts = [m["content"]["text"] for m in view.messages]
+    assert texts == ["fix it", "line 3", "line 4", "line 5", "done"]
+    assert view.size_bytes == sum(len(json.dumps(m, separators=(",", ":"))) for m in view.messages)
+    # the byte bound of outputs works the same way; the newest output always stays
+    small = LedgerView(max_output_bytes=1)
+    small.extend(run.messages)
+    assert [m["topic"] for m in small.messages] == [
+        "ISSUE_OPENED",
+        "AGENT_OUTPUT",
+        "IMPLEMENTATION_READY",
+    ]
+    assert small.messages[1]["content"]["text"] == "line 5"
+    # and a view as of an earlier sequence counts its own outputs
+    earlier = view.as_of(6)
+    assert [m["content"]["text"] for m in earlier.messages] == ["fix it", "line 3", "line 4"]
 
 
 def test_append_refuses_a_sequence_that_does_not_follow() -> None:

@@ -14,6 +14,7 @@ from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from ledger.models import Cluster
 from ledger.pipeline import pipeline
 from runs.models import Task
+from runs.services import task_claim, task_complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +28,8 @@ def agent(agent_id: str, topic: str, **extra: Any) -> dict[str, Any]:
 
 
 def trigger_to_claimable(cluster_id: str, times: int) -> list[float]:
-    """Publish GO ``times`` times, each once the last one's task is queued: how long each took."""
+    """Publish GO ``times`` times, each once the last one's task is queued and done (a busy
+    agent's triggers wait in its buffer, SPEC §7.1): how long each took to be queued."""
     latencies = []
     for _ in range(times):
         started = time.monotonic()
@@ -38,7 +40,22 @@ def trigger_to_claimable(cluster_id: str, times: int) -> list[float]:
             assert time.monotonic() - started < 10, "the task never came"
             time.sleep(0.002)
         latencies.append(time.monotonic() - started)
+        claim = task_claim(cluster_id=cluster_id)
+        assert claim is not None
+        task_complete(task_id=claim.task.id, lease_id=claim.task.lease_id, result={}, output="{}")
+        caught_up(cluster_id)  # the next GO is measured from an idle pipeline, as the first was
     return latencies
+
+
+def caught_up(cluster_id: str) -> None:
+    """Wait until the pipeline has offered every message of the cluster."""
+    started = time.monotonic()
+    while True:
+        row = Cluster.objects.values_list("pipeline_sequence", "last_sequence").get(pk=cluster_id)
+        if row[0] >= row[1]:
+            return
+        assert time.monotonic() - started < 10, "the pipeline never caught up"
+        time.sleep(0.002)
 
 
 def p95(latencies: list[float]) -> float:
@@ -82,4 +99,4 @@ def test_a_cluster_whose_scripts_loop_never_holds_back_another_clusters_triggers
         f"trigger to claimable: p95 {p95(beside) * 1000:.0f} ms beside the looping cluster, "
         f"{p95(alone) * 1000:.0f} ms alone ({beside})"
     )
-    assert Task.objects.filter(cluster_id=quiet, state="queued").count() == 61
+    assert Task.objects.filter(cluster_id=quiet, state="completed").count() == 61

@@ -16,7 +16,7 @@ from ledger.models import Message
 from runs import states
 from runs.models import OPEN_STATES, Task, TaskState
 from runs.selectors import agent_activity
-from runs.services import queue, task_claim, task_complete
+from runs.services import task_claim, task_complete
 from runs.states import TRANSITIONS, IllegalTransition, TaskEvent, next_state, task_move
 from tests.conftest import ApiClient
 
@@ -103,21 +103,13 @@ def test_no_module_but_the_state_machine_writes_a_task_state() -> None:
 # --- dropped -------------------------------------------------------------------------------------
 
 
-def test_a_trigger_dropped_from_a_full_buffer_is_dropped_and_reads_cancelled_on_the_wire(
-    api: ApiClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # given an agent whose buffer holds two waiting triggers, and a running task
-    monkeypatch.setattr(queue, "BUFFER_LIMIT", 2)
+def test_a_dropped_task_reads_cancelled_on_the_wire(api: ApiClient) -> None:
+    # given a task dropped before triggers were buffered ahead of their logic (the trigger
+    # buffer now drops a waiting message, never a task: docs/decisions/0130)
     cid = running(agent("worker"))
     publish(cid)
-    assert claim(api).status_code == 200
-    publish(cid)
-    publish(cid)
-    # when a third trigger arrives while two wait
-    publish(cid)
-    # then the oldest waiting one is dropped: a state of its own
-    states_now = list(Task.objects.order_by("created_at", "id").values_list("state", flat=True))
-    assert states_now == ["claimed", "dropped", "queued", "queued"]
+    task_move(Task.objects.get(), TaskEvent.DROP, now=1, error="dropped: 200 newer waiting")
+    # then it keeps a state of its own, cancelled on the wire, and counts as dropped
     [dropped] = api.get(f"/api/v1/clusters/{cid}/tasks", state="dropped").json()["items"]
     assert (dropped["state"], dropped["state_detail"]) == ("cancelled", "dropped")
     cancelled = api.get(f"/api/v1/clusters/{cid}/tasks", state="cancelled").json()["items"]
@@ -131,9 +123,8 @@ def test_the_migration_turns_dropped_error_prefixes_into_the_dropped_state(
     from importlib import import_module
 
     migration = import_module("runs.migrations.0002_task_states_expired_and_dropped")
-    cid = running(agent("worker"))
-    publish(cid)
-    publish(cid)
+    running(agent("worker"), agent("other"))
+    publish("c1")
     first, second = Task.objects.order_by("created_at", "id")
     Task.objects.filter(pk=first.pk).update(state="cancelled", error="dropped: 200 waiting")
     Task.objects.filter(pk=second.pk).update(state="cancelled", error="the cluster stopped")

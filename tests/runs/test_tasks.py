@@ -21,7 +21,7 @@ from ledger.interfaces import (
 )
 from ledger.keys import api_key_create
 from ledger.models import Message
-from runs.models import Task
+from runs.models import BufferedTrigger, Task
 from runs.services import task_claim, task_complete
 from tests.conftest import ApiClient
 
@@ -282,8 +282,7 @@ def test_start_and_stop(api: ApiClient) -> None:
 
 
 def test_tasks_are_listed_newest_first_and_filtered(api: ApiClient) -> None:
-    cid = running(agent("a"), agent("b"))
-    publish(cid)
+    cid = running(agent("a"), agent("b"), agent("c"), agent("d"))
     publish(cid)
     claim(api, agents=["a"])
 
@@ -319,14 +318,16 @@ TRIGGERS = 10
 
 
 def test_concurrent_workers_complete_every_task_exactly_once(db: None) -> None:
-    # given 400 tasks: 4 clusters, 10 agents each, 10 triggers per agent
+    # given 400 triggers: 4 clusters, 10 agents each, 10 triggers per agent (one task each now,
+    # nine waiting in its buffer: each becomes a task when the one before ends)
     for c in range(CLUSTERS):
         cid = running(*(agent(f"a{a}", f"T{a}") for a in range(AGENTS)), cluster_id=f"k{c}")
         for _ in range(TRIGGERS):
             for a in range(AGENTS):
                 publish(cid, f"T{a}")
     total = CLUSTERS * AGENTS * TRIGGERS
-    assert Task.objects.count() == total
+    assert Task.objects.count() == CLUSTERS * AGENTS
+    assert BufferedTrigger.objects.count() == total - CLUSTERS * AGENTS
     claims: list[tuple[str, str]] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -360,6 +361,7 @@ def test_concurrent_workers_complete_every_task_exactly_once(db: None) -> None:
     assert len(claims) == total
     assert max(Counter(task_id for task_id, _ in claims).values()) == 1
     assert set(Task.objects.values_list("state", flat=True)) == {"completed"}
+    assert Task.objects.count() == total
     completed = Message.objects.filter(topic="AGENT_LIFECYCLE", event="TASK_COMPLETED").count()
     assert completed == total
     assert all(cluster_get(cluster_id=f"k{c}").state == "running" for c in range(CLUSTERS))
