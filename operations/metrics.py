@@ -235,12 +235,19 @@ class LedgerCollector(Collector):
         )
         kept = (
             BufferedTrigger.objects.filter(dropped=False)
-            .values_list("agent_id")
+            .annotate(
+                pool=Coalesce(
+                    KeyTextTransform("pool", "cluster__labels"),
+                    Value("default"),
+                    output_field=TextField(),
+                )
+            )
+            .values_list("agent_id", "pool")
             .annotate(n=Count("pk"))
             .order_by()
         )
-        for agent, n in kept:
-            waiting.add_metric([agent, "default"], float(n))
+        for agent, pool, n in kept:
+            waiting.add_metric([agent, pool], float(n))
         yield waiting
 
         open_tasks = Task.objects.filter(state__in=OPEN_STATES)

@@ -298,9 +298,9 @@ def test_a_scrape_reads_a_fixed_number_of_queries_however_many_clusters_and_task
             created_at=1_000,
             available_at=1_000,
         )
-    # then one query per family read from the database: messages, tasks, queues, leases,
-    # retries, runners, lag
-    with django_assert_num_queries(7):
+    # then one query per family read from the database: messages, tasks, queues, triggers
+    # waiting in buffers, leases, retries, runners, lag
+    with django_assert_num_queries(8):
         found = samples()
     assert found[("zeroshot_queue_depth", (("agent", "worker"), ("pool", "gpu")))] == 2
     assert found[("zeroshot_queue_depth", (("agent", "worker"), ("pool", "cpu")))] == 1

@@ -456,7 +456,7 @@ def work_one(api: ApiClient) -> None:
     task = claimed.json()["task"]
     done = api.post(
         f"/api/v1/tasks/{task['id']}/complete",
-        {"lease_id": task["lease_id"], "result": {"summary": "s"}, "output": "done"},
+        {"lease_id": task["lease_id"], "result": {"summary": "s", "result": "r"}, "output": "done"},
     )
     assert done.status_code == 200, done.content
 
