@@ -76,6 +76,7 @@ def explain_build(outcome: BuildOutcome) -> dict[str, Any]:
         visits=outcome.result.visits,
         trigger_sources=outcome.trigger_sources,
         trigger_label=f"{trigger.topic} #{trigger.sequence}" if trigger.sequence else trigger.topic,
+        total_tokens=outcome.metrics["total"]["estimatedTokens"],
     )
     by_id = {row.id: row for row in rows}
     total = outcome.metrics["total"]["estimatedTokens"]
@@ -181,7 +182,9 @@ def _build_or_error(
 
 
 def _recorded_view(build: selectors.BuildRecord) -> dict[str, Any]:
-    rows = decision_rows(build.decisions, max_tokens=build.max_tokens)
+    rows = decision_rows(
+        build.decisions, max_tokens=build.max_tokens, total_tokens=build.final_tokens
+    )
     return {
         "build": build,
         "bar": bar_geometry(rows, max_tokens=build.max_tokens, total_tokens=build.final_tokens),
