@@ -5,7 +5,8 @@ and get back rows and geometry that a template only has to print: the budget bar
 its width, a reason in words for every decision, and what changed between two builds.
 
 Layout: ``labels`` (how tokens, times and priorities are written), ``decisions`` (a row and a
-reason per pack), ``numbers`` (a build's figures, computed once), ``bar`` (the budget bar's geometry) and ``diff`` (two builds compared).
+reason per pack), ``numbers`` (a build's figures, computed once), ``bar`` (the budget bar's
+geometry) and ``diff`` (two builds compared).
 """
 
 from __future__ import annotations
