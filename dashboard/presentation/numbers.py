@@ -17,8 +17,9 @@ prompt: its tokens are its own estimate, as the walk weighed it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from context.budget import PRIORITY_RANK, PackDecision
 
@@ -89,3 +90,20 @@ def build_numbers(
         packs[decision.id] = PackNumbers(running - taken, left, over)
         taken = running
     return BuildNumbers(tokens=total_tokens, budget=budget, packs=packs)
+
+
+def packs_on_the_total_scale(
+    packs: Sequence[Mapping[str, Any]], *, max_tokens: int | None, total_tokens: int | None
+) -> list[dict[str, Any]]:
+    """A build's recorded pack decisions (SPEC §3.6 shape) with each included pack's
+    ``estimatedTokens`` replaced by what it adds to the total, as every other row shows it
+    (the build diff compares these)."""
+    decisions = [PackDecision.from_dict(p, position=i) for i, p in enumerate(packs)]
+    numbers = build_numbers(decisions, max_tokens=max_tokens, total_tokens=total_tokens)
+    shown = []
+    for raw, decision in zip(packs, decisions, strict=True):
+        pack = dict(raw)
+        if decision.status == "included" and decision.id in numbers.packs:
+            pack["estimatedTokens"] = numbers.packs[decision.id].tokens
+        shown.append(pack)
+    return shown

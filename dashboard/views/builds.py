@@ -35,6 +35,7 @@ from dashboard.presentation import (
     prompt_diff,
     time_text,
 )
+from dashboard.presentation.numbers import packs_on_the_total_scale
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ServiceError
 
@@ -213,10 +214,15 @@ def build_diff_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) ->
         "selected_b": b.id if b else None,
     }
     if a is not None and b is not None:
+        # Each pack's tokens as the builds' rows show them: what it adds to its build's total.
         changes = pack_diff(
-            a.metrics.get("packs") or [],
+            packs_on_the_total_scale(
+                a.metrics.get("packs") or [], max_tokens=a.max_tokens, total_tokens=a.final_tokens
+            ),
             dict(a.pack_texts or []),
-            b.metrics.get("packs") or [],
+            packs_on_the_total_scale(
+                b.metrics.get("packs") or [], max_tokens=b.max_tokens, total_tokens=b.final_tokens
+            ),
             dict(b.pack_texts or []),
         )
         context["changes"] = changes

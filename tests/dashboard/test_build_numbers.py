@@ -156,3 +156,27 @@ def test_a_recorded_total_that_differs_from_the_chars_is_kept_and_still_added_up
     included = [d.id for d in build.decisions if d.status == "included"]
     assert sum(numbers.packs[i].tokens for i in included) == 590
     assert all(p.tokens >= 0 for p in numbers.packs.values())
+
+
+def test_the_build_diff_compares_packs_on_the_same_scale_as_the_rows() -> None:
+    from dashboard.presentation import pack_diff
+    from dashboard.presentation.numbers import packs_on_the_total_scale
+
+    a, b = under_budget(), over_budget()
+    shown_a = packs_on_the_total_scale(
+        a.metrics["packs"], max_tokens=a.max_tokens, total_tokens=a.final_tokens
+    )
+    shown_b = packs_on_the_total_scale(
+        b.metrics["packs"], max_tokens=b.max_tokens, total_tokens=b.final_tokens
+    )
+
+    assert sum(p["estimatedTokens"] for p in shown_a if p["status"] == "included") == 601
+    assert sum(p["estimatedTokens"] for p in shown_b if p["status"] == "included") == 366
+    rows_a, _ = shown(a)
+    changes = {c.id: c for c in pack_diff(shown_a, {}, shown_b, {})}
+    # source:PLAN_READY:0 adds 100 tokens to its build's total (its own estimate is 101)
+    plan = next(r for r in rows_a if r.id == "source:PLAN_READY:0")
+    assert (plan.tokens, plan.own_tokens) == (100, 101)
+    assert changes["source:PLAN_READY:0"].before == "full · 100 tokens"
+    # the recorded metrics themselves are left as the engine wrote them (SPEC §3.6)
+    assert sum(p["estimatedTokens"] for p in a.metrics["packs"] if p["status"] == "included") == 602
