@@ -8,7 +8,7 @@ REDIS_URL_TEST ?= redis://127.0.0.1:6379/0
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-sqlite test-postgres lint chromium bench
+.PHONY: run test test-sqlite test-postgres lint chromium bench demo-record
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ run: $(STAMP)
 	    --label pool=demo --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
 	trap 'kill $$! 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m daphne -b $(HOST) -p $(PORT) zeroshot_web.asgi:application
+
+## Record the demo again (dashboard/demo/recorded.json) by running its scenarios from their
+## templates on a throwaway SQLite database; `make run` loads the recording.
+demo-record: export DJANGO_DEBUG = 1
+demo-record: export DATABASE_URL = sqlite:///$(CURDIR)/.demo-record.sqlite3
+demo-record: $(STAMP)
+	rm -f .demo-record.sqlite3
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo --record
+	rm -f .demo-record.sqlite3
 
 ## Set up and run the whole suite: lint, then SQLite (with the browser), then PostgreSQL + Redis.
 test: $(STAMP) chromium lint test-sqlite test-postgres

@@ -1,39 +1,33 @@
-"""Loading the demo clusters: history as it would have happened, builds and snapshots included.
+"""Loading the demo clusters from their recording (``recorded.json``, see ``recording``).
 
-Messages are imported one by one with their past timestamps. After each one, the state snapshot a
-live run would have published is imported right behind it (1 ms later), and every agent the
-message triggers gets a recorded context build, so that the dashboard's inspector, builds list
-and metrics have real decisions to show.
+Each cluster is created with the config, params and template its recorded run had, its messages
+are imported in one batch with their ids, spread over the cluster's age so that the timeline and
+the metrics page read as a run that took that long, and every build the run recorded is made
+again as of the same message, so that the inspector, the builds list and the metrics have real
+decisions to show. A cluster recorded while still running gets the message that queued its open
+task published again, so the server queues that task as the run did (``make run``'s scripted
+runner then takes it).
 """
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.test import override_settings
 
-from context.agents import agents_parse
 from context.models import ContextBuild
 from context.services import context_build
-from dashboard.demo.data import CLUSTERS
+from dashboard.demo.recording import demo_recorded
 from ledger.interfaces import (
-    JSON,
     ImportedMessage,
-    MessageRecord,
+    MessageDraft,
     cluster_create,
     cluster_exists,
     cluster_state_set,
     message_import_batch,
+    message_publish,
     now_ms,
-)
-from snapshots.state import (
-    SNAPSHOT_SENDER,
-    SNAPSHOT_TOPIC,
-    SNAPSHOT_TRIGGER_TOPICS,
-    snapshot_apply,
-    snapshot_content,
-    snapshot_equal,
 )
 
 DEMO_USERNAME = "operator"
@@ -49,87 +43,93 @@ def demo_operator_ensure() -> bool:
     return True
 
 
-def _triggered_agents(agents: list[dict[str, Any]], topic: str) -> list[str]:
-    return [agent.id for agent in agents_parse(agents) if agent.triggered_by(topic)]
-
-
-def _import_one(cluster_id: str, message: ImportedMessage) -> None:
-    message_import_batch(cluster_id=cluster_id, messages=[message])
-
-
 def demo_load() -> int:
-    """Load every demo cluster that is not there yet; returns how many were added."""
+    """Load every recorded demo cluster that is not there yet; returns how many were added."""
     added = 0
-    for spec in CLUSTERS:
-        if cluster_exists(cluster_id=spec["id"]):
+    for recorded in demo_recorded():
+        if cluster_exists(cluster_id=recorded["id"]):
             continue
-        start = now_ms() - spec["minutes_ago"] * 60_000
-        cluster_create(
-            cluster_id=spec["id"],
-            config={"agents": spec["agents"]},
-            template=spec["template"],
-            created_at=start,
-            # The demo's runner pool: `make run`'s scripted runner serves it, and only it.
-            labels={"pool": "demo"},
-        )
-        step = max(2, spec["minutes_ago"] * 60_000 // (len(spec["messages"]) + 2))
-        state: dict[str, JSON] | None = None
-        for i, raw in enumerate(spec["messages"]):
-            message = ImportedMessage(
-                id=f"msg_{secrets.token_hex(16)}",
-                timestamp=start + (i + 1) * step,
-                topic=raw["topic"],
-                sender=raw["sender"],
-                receiver=raw.get("receiver", "broadcast"),
-                content=raw.get("content", {}),
-                metadata=raw.get("metadata"),
-            )
-            _import_one(spec["id"], message)
-            if message.topic in SNAPSHOT_TRIGGER_TOPICS:
-                state = _snapshot_after(spec["id"], message, state)
-            for n, agent_id in enumerate(_triggered_agents(spec["agents"], message.topic)):
-                build = context_build(
-                    cluster_id=spec["id"], agent_id=agent_id, triggering_message_id=message.id
-                )
-                # Recorded when the message came in, as a live run would have, not at load
-                # time: the metrics page draws builds along their time.
-                if build.build_id is not None:
-                    ContextBuild.objects.filter(pk=build.build_id).update(
-                        started_at=message.timestamp + 1 + n
-                    )
-        cluster_state_set(cluster_id=spec["id"], state=spec["state"])
+        _load(recorded)
         added += 1
     return added
 
 
-def _snapshot_after(
-    cluster_id: str, message: ImportedMessage, state: dict[str, JSON] | None
-) -> dict[str, JSON] | None:
-    """Import the snapshot a live run would publish after ``message``, if the state changed."""
-    record = MessageRecord(
-        id=message.id,
+def _load(recorded: dict[str, Any]) -> None:
+    cluster_id = recorded["id"]
+    messages = recorded["messages"]
+    open_at = recorded.get("open_trigger_sequence")
+    kept = messages if open_at is None else messages[: open_at - 1]
+    start = now_ms() - recorded["minutes_ago"] * 60_000
+    # The run took milliseconds; the demo spreads it over the cluster's age, in order.
+    step = max(2, recorded["minutes_ago"] * 60_000 // (len(messages) + 2))
+    cluster_create(
         cluster_id=cluster_id,
-        sequence=0,
-        timestamp=message.timestamp,
-        topic=message.topic,
-        sender=message.sender,
-        receiver=message.receiver,
-        content=message.content,
-        metadata=message.metadata,
+        config=recorded["config"],
+        template=recorded["template"],
+        params=recorded["params"],
+        created_at=start,
+        # The demo's runner pool: `make run`'s scripted runner serves it, and only it.
+        labels={"pool": "demo"},
     )
-    new_state = snapshot_apply(state, record, cluster_id=cluster_id)
-    if state is not None and snapshot_equal(new_state, state):
-        return state
-    _import_one(
-        cluster_id,
-        ImportedMessage(
-            id=f"msg_{secrets.token_hex(16)}",
-            timestamp=message.timestamp + 1,
-            topic=SNAPSHOT_TOPIC,
-            sender=SNAPSHOT_SENDER,
-            receiver="broadcast",
-            content=snapshot_content(new_state),
-            metadata=None,
-        ),
-    )
-    return new_state
+    times = [start + (i + 1) * step for i in range(len(messages))]
+    ids: dict[int, str] = {}
+    imported = 0
+
+    def import_through(sequence: int) -> None:
+        nonlocal imported
+        batch = kept[imported:sequence]
+        if not batch:
+            return
+        stored = message_import_batch(
+            cluster_id=cluster_id,
+            messages=[
+                ImportedMessage(
+                    id=m["id"],
+                    timestamp=times[imported + i],
+                    topic=m["topic"],
+                    sender=m["sender"],
+                    receiver=m["receiver"],
+                    content=m["content"],
+                    metadata=m["metadata"],
+                )
+                for i, m in enumerate(batch)
+            ],
+            assume_absent=True,
+        )
+        ids.update((record.sequence, record.id) for record in stored)
+        imported += len(batch)
+
+    for n, build in enumerate(recorded["builds"]):
+        trigger, as_of = build["trigger_sequence"], build["as_of_sequence"]
+        if trigger is None or as_of is None or as_of > len(kept) or as_of < imported:
+            continue  # a build of the open task: the server makes it when the task is claimed
+        # A build is recorded only of the ledger as it stands: import up to what it saw.
+        import_through(as_of)
+        made = context_build(
+            cluster_id=cluster_id,
+            agent_id=build["agent_id"],
+            iteration=build["iteration"],
+            triggering_message_id=ids[trigger],
+        )
+        if made.build_id is not None:
+            # Recorded when its task was claimed, not at load time: the metrics page draws
+            # builds along their time.
+            ContextBuild.objects.filter(pk=made.build_id).update(
+                started_at=times[as_of - 1] + 1 + n % 2,
+                reported_usage=build["reported_usage"],
+            )
+    import_through(len(kept))
+    cluster_state_set(cluster_id=cluster_id, state=recorded["state"])
+    if open_at is not None:
+        trigger = messages[open_at - 1]
+        with override_settings(PIPELINE_MODE="inline"):
+            message_publish(
+                cluster_id=cluster_id,
+                draft=MessageDraft(
+                    topic=trigger["topic"],
+                    sender=trigger["sender"],
+                    receiver=trigger["receiver"],
+                    content=trigger["content"],
+                    metadata=trigger["metadata"],
+                ),
+            )

@@ -97,9 +97,10 @@ def bar_geometry(
     """Lay the included packs out in prompt order on a scale of max(budget, what was used).
 
     ``total_tokens`` is the build's one total (SPEC §3.6 ``finalTokens``, the whole prompt's
-    estimate). Each pack's own estimate rounds up, so the packs can add up to a few tokens
-    more; they are drawn in proportion inside the total, and the bar, its caption and the
-    over-budget part all use the total. Segment widths plus the remainder add up to 100;
+    estimate). Rows from ``decision_rows(..., total_tokens=...)`` already add up to it
+    (``numbers.build_numbers``); rows that do not (packs' own estimates round up one by one)
+    are drawn in proportion inside the total, so the bar, its caption and the over-budget part
+    always use the total. Segment widths plus the remainder add up to 100;
     whatever lies beyond the budget is split off into vermilion ``over`` segments.
     """
     included = [r for r in rows if r.included]

@@ -19,6 +19,7 @@ from dashboard.templatetags.dashboard_ui import elapsed_text
 from ledger.interfaces import ClusterGlance
 from runs.fleet import ClusterAgents, UsageRow
 from runs.records import RunnerRecord
+from runs.selectors import ClusterCondition
 
 
 def _e(text: str) -> SafeString:
@@ -57,6 +58,8 @@ class ClusterRow(TypedDict):
     id: SafeString
     url: SafeString
     state: SafeString
+    # Why a cluster that can no longer move stands still (``runs.selectors.cluster_conditions``).
+    reason: SafeString
     labels: list[SafeString]
     agents_html: SafeString  # the list items of its agents
     oldest_agent: SafeString
@@ -79,15 +82,22 @@ def _moment(ms: int | None) -> Moment | None:
 
 
 def cluster_rows(
-    glance: Iterable[ClusterGlance], agents: dict[str, ClusterAgents], *, now: int
+    glance: Iterable[ClusterGlance],
+    agents: dict[str, ClusterAgents],
+    conditions: dict[str, ClusterCondition],
+    *,
+    now: int,
 ) -> list[ClusterRow]:
-    """The rows of the running clusters, in the order given."""
+    """The rows of the running clusters, in the order given, each in its condition: a running
+    cluster that can no longer move reads ``stalled``, with the reason, as the clusters list
+    shows it."""
     cluster_prefix = reverse("dashboard:cluster", kwargs={"cluster_id": "0"}).removesuffix("0/")
     task_prefix = reverse("dashboard:task", kwargs={"task_id": "0"}).removesuffix("0/")
     rows: list[ClusterRow] = []
     for g in glance:
         c = g.cluster
         at = agents[c.id]
+        condition = conditions.get(c.id)
         items = "".join(
             _agent_item(
                 a.agent_id,
@@ -101,7 +111,8 @@ def cluster_rows(
             {
                 "id": _e(c.id),
                 "url": _e(f"{cluster_prefix}{c.id}/"),
-                "state": _e(c.state),
+                "state": _e(condition.state if condition else c.state),
+                "reason": _e(condition.reason if condition else ""),
                 "labels": [_e(f"{k}={v}") for k, v in sorted(c.labels.items())],
                 "agents_html": SafeString(items),
                 "oldest_agent": _e(at.oldest_queued_agent),

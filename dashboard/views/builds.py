@@ -35,6 +35,7 @@ from dashboard.presentation import (
     prompt_diff,
     time_text,
 )
+from dashboard.presentation.numbers import packs_on_the_total_scale
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterRecord, ServiceError
 
@@ -76,6 +77,7 @@ def explain_build(outcome: BuildOutcome) -> dict[str, Any]:
         visits=outcome.result.visits,
         trigger_sources=outcome.trigger_sources,
         trigger_label=f"{trigger.topic} #{trigger.sequence}" if trigger.sequence else trigger.topic,
+        total_tokens=outcome.metrics["total"]["estimatedTokens"],
     )
     by_id = {row.id: row for row in rows}
     total = outcome.metrics["total"]["estimatedTokens"]
@@ -181,7 +183,9 @@ def _build_or_error(
 
 
 def _recorded_view(build: selectors.BuildRecord) -> dict[str, Any]:
-    rows = decision_rows(build.decisions, max_tokens=build.max_tokens)
+    rows = decision_rows(
+        build.decisions, max_tokens=build.max_tokens, total_tokens=build.final_tokens
+    )
     return {
         "build": build,
         "bar": bar_geometry(rows, max_tokens=build.max_tokens, total_tokens=build.final_tokens),
@@ -210,10 +214,15 @@ def build_diff_page(request: HtmxHttpRequest, cluster_id: str, agent_id: str) ->
         "selected_b": b.id if b else None,
     }
     if a is not None and b is not None:
+        # Each pack's tokens as the builds' rows show them: what it adds to its build's total.
         changes = pack_diff(
-            a.metrics.get("packs") or [],
+            packs_on_the_total_scale(
+                a.metrics.get("packs") or [], max_tokens=a.max_tokens, total_tokens=a.final_tokens
+            ),
             dict(a.pack_texts or []),
-            b.metrics.get("packs") or [],
+            packs_on_the_total_scale(
+                b.metrics.get("packs") or [], max_tokens=b.max_tokens, total_tokens=b.final_tokens
+            ),
             dict(b.pack_texts or []),
         )
         context["changes"] = changes

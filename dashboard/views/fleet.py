@@ -22,7 +22,7 @@ from ledger import interfaces as ledger
 from ledger.interfaces import ClusterState, NotFound, text_problem
 from runs import fleet
 from runs.models import OPEN_STATES
-from runs.selectors import runners_seen
+from runs.selectors import cluster_conditions, runners_seen
 
 # The fleet page looks again this often (ms): a fleet moves slower than one cluster's agents.
 FLEET_REFRESH_MS = 5000
@@ -50,7 +50,9 @@ def fleet_page(request: HtmxHttpRequest) -> HttpResponse:
     )
     usage = fleet.usage_by_day(now=now)
     context = {
-        "clusters": cluster_rows(glance, agents, now=now),
+        "clusters": cluster_rows(
+            glance, agents, cluster_conditions([g.cluster for g in glance], now=now), now=now
+        ),
         "running_total": running_total,
         "queue": fleet.task_queue(),
         "runners": runner_rows(runners_seen(limit=FLEET_RUNNERS)),

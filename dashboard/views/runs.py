@@ -241,7 +241,9 @@ def build_page(request: HtmxHttpRequest, cluster_id: str, build_id: int) -> Http
     build = builds.build_get(cluster_id=cluster.id, build_id=build_id)
     if build is None:
         raise Http404("no such build")
-    rows = decision_rows(build.decisions, max_tokens=build.max_tokens)
+    rows = decision_rows(
+        build.decisions, max_tokens=build.max_tokens, total_tokens=build.final_tokens
+    )
     by_id = {row.id: row for row in rows}
     total = build.metrics.get("total") or {"chars": len(build.prompt), "estimatedTokens": 0}
     reported = build.reported_input_tokens

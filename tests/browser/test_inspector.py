@@ -34,7 +34,9 @@ def test_what_if_rebuilds_in_place(signed_in_page: Any, demo: None, screenshot: 
     page.wait_for_selector("#inspector-region .seg.over")
 
     assert page.evaluate("window.__inspectorMarker") == "kept"  # no full reload
-    row = page.locator("tr.decision", has=page.locator("code", has_text="source:WORKER_PROGRESS:3"))
+    row = page.locator(
+        "tr.decision", has=page.locator("code", has_text="source:IMPLEMENTATION_READY:2")
+    )
     assert "skipped" in row.inner_text()
     assert "nothing was left after required packs" in row.inner_text()
     assert page.locator(".left-out").is_visible()
@@ -51,7 +53,7 @@ def test_compare_two_recorded_builds(signed_in_page: Any, demo: None, screenshot
     message_publish(
         cluster_id="amber-comet-7",
         draft=MessageDraft(
-            topic="WORKER_PROGRESS", sender="worker", content={"text": "One more step done."}
+            topic="IMPLEMENTATION_READY", sender="worker", content={"text": "One more step done."}
         ),
     )
     context_build(cluster_id="amber-comet-7", agent_id="worker")
@@ -63,7 +65,9 @@ def test_compare_two_recorded_builds(signed_in_page: Any, demo: None, screenshot
     assert "a=" in page.url
     assert "b=" in page.url
 
-    added = page.locator("tr.change-added", has=page.locator("code", has_text="WORKER_PROGRESS"))
+    added = page.locator(
+        "tr.change-added", has=page.locator("code", has_text="IMPLEMENTATION_READY")
+    )
     assert added.count() == 1
     assert page.locator(".dl-add", has_text="One more step done.").count() == 1
     assert page.locator("svg.bb-bar").count() == 2

@@ -460,3 +460,41 @@ def test_a_running_task_runs_until_now_and_its_bars_fit_the_axis() -> None:
     assert (run.left, run.width) == (25.0, 75.0)
     # a moment at the very end is drawn inside the axis
     assert still.left + still.width <= 100.0
+
+
+def stalled(cluster_id: str) -> str:
+    """A running cluster whose agents have sat idle for an hour with nothing open."""
+    return cluster_create(
+        cluster_id=cluster_id,
+        config={"agents": [agent("worker", "GO")]},
+        state="running",
+        created_at=now_ms() - 3_600_000,
+    ).id
+
+
+def test_the_fleet_page_shows_a_stalled_cluster_as_stalled_with_its_reason(
+    operator: Client, django_assert_num_queries: Any
+) -> None:
+    # given a cluster that can no longer move and one with work queued
+    stalled("s-0")
+    moving = running("m-0", agent("worker", "GO"))
+    publish(moving, "GO")
+    # when the operator opens the fleet page
+    html = operator.get("/fleet/").content.decode()
+    # then the stalled one says so, and why, as the clusters list does (runs.selectors)
+    row = re.search(r"<tr>\s*<th[^>]*><a[^>]*>s-0</a>.*?</tr>", html, re.S)
+    assert row is not None
+    assert 'class="state state-stalled"' in row.group(0)
+    assert "sat idle for 60 min with nothing queued" in row.group(0)
+    other = re.search(r"<tr>\s*<th[^>]*><a[^>]*>m-0</a>.*?</tr>", html, re.S)
+    assert other is not None
+    assert 'class="state state-running"' in other.group(0)
+    assert "state-reason" not in other.group(0)
+    # and the conditions cost one query (the quiet clusters' open tasks), whatever their number
+    # (this fleet has no runner yet: no query for what runners hold)
+    with django_assert_num_queries(9):
+        operator.get("/fleet/")
+    for n in range(1, 6):
+        stalled(f"s-{n}")
+    with django_assert_num_queries(9):
+        operator.get("/fleet/")

@@ -48,7 +48,7 @@ def test_demo_fills_an_empty_database_once(db: None) -> None:
     assert {
         "ISSUE_OPENED",
         "PLAN_READY",
-        "WORKER_PROGRESS",
+        "IMPLEMENTATION_READY",
         "VALIDATION_RESULT",
         "AGENT_LIFECYCLE",
     } <= topics
@@ -67,7 +67,8 @@ def test_demo_records_builds_and_snapshots_as_a_run_would(db: None) -> None:
 
     builds = ContextBuild.objects.filter(cluster_id="amber-comet-7")
     assert {b.agent_id for b in builds} == {"worker", "validator"}
-    assert sorted(b.iteration for b in builds if b.agent_id == "worker") == [1, 2, 3]
+    # the recorded run: the worker built twice, once per validation round
+    assert sorted(b.iteration for b in builds if b.agent_id == "worker") == [1, 2]
     snapshots = Message.objects.filter(cluster_id="amber-comet-7", topic="STATE_SNAPSHOT")
     newest = snapshots.order_by("-sequence").first()
     assert newest is not None

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from dashboard.demo.data import CLUSTERS
+from dashboard.demo.recording import demo_recorded
 from ledger.interfaces import (
     MessageDraft,
     cluster_create,
@@ -151,9 +151,9 @@ def test_the_cluster_list_reads_conditions_in_constant_queries(
 
 def test_no_running_demo_cluster_contradicts_its_history() -> None:
     # steady-lantern-12 was shown running after its validator approved the last round: its
-    # history is imported (imports never trigger, SPEC §7.1), so the completion a live run
-    # publishes after that approval must be in the history, and its state must say so
-    for spec in CLUSTERS:
+    # history is imported (imports never trigger, SPEC §7.1), so the completion the recorded
+    # run published after that approval must be in the history, and its state must say so
+    for spec in demo_recorded():
         verdicts = [m for m in spec["messages"] if m["topic"] == "VALIDATION_RESULT"]
         ended = [m["topic"] for m in spec["messages"] if m["topic"].startswith("CLUSTER_")]
         last_approves = bool(verdicts) and verdicts[-1]["content"]["data"]["approved"] is True
