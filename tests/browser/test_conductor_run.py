@@ -1,5 +1,6 @@
 """zeroshot's conductor-bootstrap watched live (SPEC §7.7): the agents its CLUSTER_OPERATIONS
-load appear on the open page, and the config versions can be browsed afterwards.
+load appear on the open page, guidance sent from the page reaches the conductor's prompt
+(SPEC §7.8), and the config versions can be browsed afterwards.
 
 Takes about 15 s: the scripted agents take a few seconds each so that the page is seen working.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from context.models import ContextBuild
 from context.services.templates import cluster_create_from_template, templates_load_builtin
 from ledger.interfaces import api_key_create
 from runs.services import cluster_start
@@ -77,6 +79,12 @@ def test_a_conductor_run_loads_its_agents_live_and_keeps_its_config_versions(
     # without a completion handler) before anything ran
     agents = page.locator("#agents-panel li.agent .agent-name a")
     expect(agents).to_have_text(["junior-conductor", "senior-conductor", "completion-detector"])
+    # and the operator sends the junior conductor guidance from the page before it runs
+    box = page.locator("#guidance-form")
+    box.get_by_label("To").select_option("junior-conductor")
+    box.get_by_label("Guidance").fill("Prefer the smallest workflow that can validate this.")
+    box.get_by_role("button", name="Send").click()
+    expect(page.locator("#guidance-form [role=status]")).to_contain_text("junior-conductor")
     runner = subprocess.Popen(
         [
             sys.executable,
@@ -108,6 +116,12 @@ def test_a_conductor_run_loads_its_agents_live_and_keeps_its_config_versions(
         expect(topology.locator("svg.topology")).to_contain_text("worker")
         expect(topology.locator(".config-versions li")).to_have_count(2)
         expect(page.locator("#run-controls .state")).to_have_text("completed", timeout=40_000)
+        # the conductor's prompt carried the guidance, delivered by its completed task
+        (build,) = ContextBuild.objects.filter(cluster_id=cluster_id, agent_id="junior-conductor")
+        assert "Prefer the smallest workflow that can validate this." in json.dumps(
+            build.pack_texts
+        )
+        assert build.guidance_delivered
         page.reload()
         screenshot(page, "conductor-run")
         page.emulate_media(color_scheme="dark")
