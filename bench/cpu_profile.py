@@ -90,10 +90,29 @@ def server_command(kind: str, port: int) -> list[str]:
 class BenchServer(ph.Server):
     """``perf_http.Server`` with a choice of ASGI server and an optional profiler around it."""
 
-    def __init__(self, kind: str, workdir: Path, database_url: str, redis_url: str | None):
+    def __init__(
+        self,
+        kind: str,
+        workdir: Path,
+        database_url: str,
+        redis_url: str | None,
+        root: Path = ROOT,
+    ):
         super().__init__(kind, workdir, database_url, redis_url)
         self.kind = kind
+        self.root = root
         self.profile_out: Path | None = None
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(self.root / "manage.py"), *args],
+            env=self.env,
+            cwd=self.root,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout
 
     def start(self) -> BenchServer:
         args = server_command(self.kind, self.port)
@@ -103,7 +122,7 @@ class BenchServer(ph.Server):
             self.process = subprocess.Popen(
                 [sys.executable, *args],
                 env=self.env,
-                cwd=ROOT,
+                cwd=self.root,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -302,7 +321,7 @@ def push_figures(server: BenchServer, sockets: int, publishes: int, seed: int) -
                     "c-push",
                     sockets=open_pages,
                     publishes=publishes,
-                    seed=seed + open_pages,
+                    seed=2 * seed + (1 if open_pages else 0),  # markers of six digits
                 )
             )
             return publishes + 3  # the warm-up publishes are inside the CPU window
@@ -330,9 +349,9 @@ def prepare(server: BenchServer, tasks: int) -> None:
     server.prepare(["c-pub", "c-push"])
     setup = TASKS_SETUP.format(agents=AGENTS, cluster="tps", tasks=tasks)
     subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", setup],
+        [sys.executable, str(server.root / "manage.py"), "shell", "-c", setup],
         env={**server.env, "ZEROSHOT_PIPELINE": "inline"},
-        cwd=ROOT,
+        cwd=server.root,
         check=True,
         capture_output=True,
     )
@@ -438,11 +457,18 @@ def drop_database(url: str | None) -> None:
 
 
 def bench_one(
-    kind: str, db: str, workdir: Path, args: argparse.Namespace, paths: list[str]
+    kind: str,
+    db: str,
+    workdir: Path,
+    args: argparse.Namespace,
+    paths: list[str],
+    label: str = "",
+    root: Path = ROOT,
 ) -> dict[str, Any]:
-    pg_url = fresh_database(args.database_url, kind) if db == "postgresql" else None
-    url = pg_url or f"sqlite:///{workdir / f'{kind}-{db}.sqlite3'}"
-    server = BenchServer(kind, workdir / db, url, args.redis_url if pg_url else None)
+    name = f"{kind}_{label}" if label else kind
+    pg_url = fresh_database(args.database_url, name) if db == "postgresql" else None
+    url = pg_url or f"sqlite:///{workdir / f'{name}-{db}.sqlite3'}"
+    server = BenchServer(kind, workdir / db / name, url, args.redis_url if pg_url else None, root)
     rounds: list[dict[str, Any]] = []
     profiles: dict[str, Any] = {}
     try:
@@ -452,12 +478,12 @@ def bench_one(
         try:
             for n in range(args.rounds):
                 rounds.append(run_paths(server, paths, args, seed=n + 1))
-                print(f"{kind} {db} round {n + 1}: {summary(rounds[-1])}", flush=True)
+                print(f"{name} {db} round {n + 1}: {summary(rounds[-1])}", flush=True)
         finally:
             server.stop()
         if not args.no_profile and kind == "daphne":
             for path in paths:
-                server.profile_out = RESULTS / f"cpu-{kind}-{db}-{path}.prof"
+                server.profile_out = RESULTS / f"cpu-{name}-{db}-{path}.prof"
                 server.start()
                 try:
                     figures = run_paths(server, [path], args, seed=100)
@@ -500,7 +526,9 @@ def table(results: dict[str, Any]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for key, result in results.items():
-        kind, db = key.split("/")
+        kind, db, *label = key.split("/")
+        if label:
+            kind = f"{kind} ({label[0]})"
         rounds = result["rounds"]
         for path in ROWS:
             rows = [r[path] for r in rounds if path in r]
@@ -602,6 +630,10 @@ def main() -> None:
     parser.add_argument("--push-messages", type=int, default=40)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument(
+        "--trees",
+        help="label=DIR,...: serve each checkout of the app in turn (e.g. before=/tmp/old,after=.)",
+    )
     parser.add_argument("--out", default=str(RESULTS / "cpu.md"))
     args = parser.parse_args()
     paths = [p for p in args.only.split(",") if p]
@@ -611,12 +643,20 @@ def main() -> None:
     databases = ([] if args.no_sqlite else ["sqlite"]) + (
         ["postgresql"] if args.database_url else []
     )
+    trees: list[tuple[str, Path]] = [("", ROOT)]
+    if args.trees:
+        trees = [
+            (label, Path(folder).resolve())
+            for label, _, folder in (item.partition("=") for item in args.trees.split(","))
+        ]
     load_before = os.getloadavg()[0]
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cpu-bench-") as tmp:
         for db in databases:
-            for kind in args.servers.split(","):
-                results[f"{kind}/{db}"] = bench_one(kind, db, Path(tmp), args, paths)
+            for label, root in trees:
+                for kind in args.servers.split(","):
+                    key = f"{kind}/{db}" + (f"/{label}" if label else "")
+                    results[key] = bench_one(kind, db, Path(tmp), args, paths, label, root)
     text = report(results, args, (load_before, os.getloadavg()[0]))
     print(text)
     out = Path(args.out)
