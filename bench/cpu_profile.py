@@ -541,7 +541,8 @@ def table(results: dict[str, Any]) -> list[str]:
                     f"{rows[0]['sockets']} pages; per message "
                     f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
                     f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
-                    f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms"
+                    f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms; "
+                    f"delivered {fmt([r['delivered'] for r in rows])}"
                 )
                 row = f"| {kind} | {db} | push, per socket per message | {cpu} | {thr} | {note} |"
                 lines.append(row)
@@ -580,6 +581,10 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
         "open, minus the same with none, over the pages.",
         "",
         *table(results),
+        "",
+        "Tracebacks in the servers' logs: "
+        + ", ".join(f"{key} {result['tracebacks']}" for key, result in results.items())
+        + ".",
     ]
     for key, result in results.items():
         for path, profile in result["profiles"].items():
