@@ -6,7 +6,8 @@ chain's work for an answer that needs none of it (bench/results/cpu.md names the
 route does what the Ninja endpoints do, with the same code — the key check and rate limit of
 the claim route (``zeroshot_web.claims``), ``BoundedJsonParser``, ``MessageIn``/``BatchIn``,
 the scope check, ``message_publish``/``message_publish_batch`` on the long-lived database
-threads, ``MessageOut`` for the 201, the error shape and the headers Django's middleware adds,
+threads, the records' wire shape for the 201 (which ``MessageOut`` passes through unchanged: one
+serialization per message), the error shape and the headers Django's middleware adds,
 and the publish timer of ``/metrics`` — with one thread hop. Anything else (a session, a
 query string, a path Django would refuse) goes on to Django, whose endpoints stay and describe
 the route in the OpenAPI schema. docs/decisions/0155-publish-route.md.
@@ -24,7 +25,7 @@ import pydantic
 from ledger import services
 from ledger.errors import Forbidden, ServiceError
 from ledger.keys import ApiKeyIdentity
-from ledger.schemas import BatchIn, MessageIn, MessageOut
+from ledger.schemas import BatchIn, MessageIn
 from ledger.threads import in_database
 from ledger.validation import text_problem
 from operations.metrics import PUBLISH_SECONDS
@@ -116,11 +117,11 @@ async def _publish(body: bytes, cluster_id: str, batch: bool, identity: ApiKeyId
             records = await in_database(services.message_publish_batch)(
                 cluster_id=cluster_id, drafts=[m.draft() for m in payload.messages]
             )
-            return Answer(201, [_out(record.to_wire()) for record in records])
+            return Answer(201, [record.to_wire() for record in records])
         record = await in_database(services.message_publish)(
             cluster_id=cluster_id, draft=payload.draft()
         )
-        return Answer(201, _out(record.to_wire()))
+        return Answer(201, record.to_wire())
     except ServiceError as error:
         raise Answer(error.status, error.to_dict()) from None
 
@@ -132,8 +133,3 @@ def _parsed(body: bytes) -> Any:
         return BoundedJsonParser().parse_body(_BodyOnly(body))  # type: ignore[arg-type]
     except ServiceError as error:
         raise Answer(error.status, error.to_dict()) from None
-
-
-def _out(wire: dict[str, Any]) -> dict[str, Any]:
-    """As Ninja answers with ``response=MessageOut, exclude_unset=True``."""
-    return MessageOut.model_validate(wire).model_dump(mode="json", exclude_unset=True)

@@ -169,13 +169,18 @@ def test_a_published_message_is_stored_and_answered_as_the_endpoint_does() -> No
 def test_a_batch_is_stored_and_answered_as_the_endpoint_does() -> None:
     cluster_id = cluster_create(cluster_id="c1").id
     _, key = api_key_create(name="agent")
-    body = json.dumps({"messages": [MESSAGE, {**MESSAGE, "receiver": "validator"}]})
+    odd = {"topic": "A", "sender": "w", "content": {}, "metadata": {"n": [1, {"x": None}]}}
+    body = json.dumps({"messages": [MESSAGE, {**MESSAGE, "receiver": "validator"}, odd]})
     ours = through_route(batch(cluster_id), body, Counting(), key=key)
     theirs = ApiClient(key).post(batch(cluster_id), raw=body)
     assert ours.status_code == theirs.status_code == 201
-    assert [m["sequence"] for m in ours.json()] == ["1", "2"]
+    assert [m["sequence"] for m in ours.json()] == ["1", "2", "3"]
     assert [m.keys() for m in ours.json()] == [m.keys() for m in theirs.json()]
-    assert [m.to_wire() for m in message_query(cluster_id=cluster_id)][:2] == ours.json()
+    unnumbered = {"id": "", "sequence": "", "timestamp": 0}
+    assert [{**m, **unnumbered} for m in ours.json()] == [
+        {**m, **unnumbered} for m in theirs.json()
+    ]
+    assert [m.to_wire() for m in message_query(cluster_id=cluster_id)][:3] == ours.json()
 
 
 @pytest.mark.parametrize("case", ["unknown cluster", "another cluster's key", "bad key"])
