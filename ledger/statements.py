@@ -190,6 +190,29 @@ def newest_of_topics(
     return [_message(row, cluster_id) for row in _rows(sql, [p for ps in each for p in ps])]
 
 
+@cache
+def _after_select(vendor: str) -> str:
+    """The messages of a cluster after one sequence up to another, in sequence order, with
+    their ``imported`` flag (one range seek on the cluster's sequence key)."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in (*_RECORD_FIELDS, "imported"))
+    cluster, sequence = _column(Message, "cluster"), _column(Message, "sequence")
+    return (
+        f"SELECT {columns} FROM {table} WHERE {cluster} = %s AND {sequence} > %s "
+        f"AND {sequence} <= %s ORDER BY {sequence} LIMIT %s"
+    )
+
+
+def messages_after(
+    *, cluster_id: str, after: int, upto: int, limit: int
+) -> list[tuple[MessageRecord, bool]]:
+    """The messages with ``after < sequence <= upto``, at most ``limit``, in sequence order,
+    each with whether it was imported: the post-commit pipeline's read."""
+    rows = _rows(_after_select(connection.vendor), [cluster_id, after, upto, limit])
+    return [(_message(row[:-1], cluster_id), bool(row[-1])) for row in rows]
+
+
 def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
     found = _rows(_cluster_select(connection.vendor), [cluster_id])

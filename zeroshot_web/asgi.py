@@ -21,6 +21,7 @@ from operations.metrics import WebsocketCounter  # noqa: E402
 from operations.schedule import retention_daily  # noqa: E402
 from zeroshot_web.claims import ClaimRoute  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
+from zeroshot_web.publishing import PublishRoute  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -63,8 +64,9 @@ class PipelineStarter:
 application = PipelineStarter(
     ProtocolTypeRouter(
         {
-            # Claims that wait are answered on the event loop, never on a thread of Django's.
-            "http": RequestBodyLimit(ClaimRoute(django_asgi_app)),
+            # Claims that wait are answered on the event loop, never on a thread of Django's;
+            # publishes with one thread hop, not Django's three (docs/decisions/0155).
+            "http": RequestBodyLimit(ClaimRoute(PublishRoute(django_asgi_app))),
             "websocket": WebsocketCounter(
                 BrowserOriginValidator(
                     AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS

@@ -59,7 +59,7 @@ class Answer(Exception):
     def __init__(
         self,
         status: int,
-        body: dict[str, Any] | None,
+        body: dict[str, Any] | list[Any] | None,
         headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         super().__init__(status)

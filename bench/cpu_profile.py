@@ -1,0 +1,674 @@
+"""Server CPU time per request on each hot path, and where it goes.
+
+Usage::
+
+    .venv/bin/python bench/cpu_profile.py                       # daphne, SQLite
+    .venv/bin/python bench/cpu_profile.py \
+        --database-url postgres://postgres@127.0.0.1:5432/bench_cpu \
+        --redis-url redis://127.0.0.1:6379/8                    # and PostgreSQL (its own db)
+    .venv/bin/python bench/cpu_profile.py --servers daphne,uvicorn,granian --only publish,push
+    .venv/bin/python bench/cpu_profile.py --no-profile          # the CPU figures alone
+
+A production-like server (``DJANGO_DEBUG=0``, ``API_RATE_LIMIT`` off, a database migrated with
+``manage.py migrate``) runs in a subprocess (``perf_http.Server``). For each hot path a load
+runs against it and the server process's own CPU time (``/proc/<pid>/stat`` utime + stime,
+threads included) is divided by the requests it answered: a figure that holds on a shared,
+loaded machine where throughput does not. Throughput is shown beside it.
+
+Paths: ``publish`` (8 keep-alive clients, single messages), ``batch`` (8 clients, 100 messages a
+request), ``claim`` and ``complete`` (8 workers on a running cluster of 16 agents whose tasks
+were queued by trigger messages; each claim records its context build, each completion runs its
+hook and publishes its batch), ``page`` (the cluster page, 100 rows, signed in), ``push``
+(``--sockets`` cluster pages listening while one agent publishes: the extra server CPU over the
+same publishes with no page open, per message and per socket).
+
+Then, unless ``--no-profile``, each path runs again against a server started under
+``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
+named. Writes ``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import pstats
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import perf_http as ph  # a sibling script: the server subprocess, the loads, the sockets
+
+ROOT = ph.ROOT
+RESULTS = ROOT / "bench" / "results"
+PATHS = ("publish", "batch", "tasks", "page", "push")
+ROWS = ("publish", "batch", "claim", "complete", "page", "push")
+AGENTS = 64  # an agent holds one task at a time: 64 claims, then 64 completions
+TASKS_SETUP = """
+from ledger.interfaces import MessageDraft, cluster_create, message_publish_batch
+agents = [{{"id": f"a{{n}}", "role": "implementation", "prompt": "x",
+           "triggers": [{{"topic": f"T{{n}}"}}]}} for n in range({agents})]
+cluster_create(cluster_id="{cluster}", config={{"agents": agents}}, state="running")
+for start in range(0, {tasks}, 100):
+    ns = range(start, min(start + 100, {tasks}))
+    drafts = [MessageDraft(topic=f"T{{n % {agents}}}", sender="bench") for n in ns]
+    message_publish_batch(cluster_id="{cluster}", drafts=drafts)
+"""
+
+
+def server_command(kind: str, port: int) -> list[str]:
+    """How each ASGI server is started: one process, the app as the operator's guide names it."""
+    app = "zeroshot_web.asgi:application"
+    if kind == "daphne":
+        return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
+    if kind == "uvicorn":
+        return [
+            "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
+            "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+            "--no-access-log", "--log-level", "warning", app,
+        ]  # fmt: skip
+    if kind == "granian":
+        return [
+            "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", "1", "--runtime-threads", "1",
+            "--no-access-log", "--log-level", "warning", app,
+        ]  # fmt: skip
+    raise ValueError(kind)
+
+
+class BenchServer(ph.Server):
+    """``perf_http.Server`` with a choice of ASGI server and an optional profiler around it."""
+
+    def __init__(
+        self,
+        kind: str,
+        workdir: Path,
+        database_url: str,
+        redis_url: str | None,
+        root: Path = ROOT,
+    ):
+        super().__init__(kind, workdir, database_url, redis_url)
+        self.kind = kind
+        self.root = root
+        self.profile_out: Path | None = None
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(self.root / "manage.py"), *args],
+            env=self.env,
+            cwd=self.root,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout
+
+    def start(self) -> BenchServer:
+        args = server_command(self.kind, self.port)
+        if self.profile_out is not None:
+            args = [str(ROOT / "bench" / "profiled_server.py"), str(self.profile_out), *args[1:]]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, *args],
+                env=self.env,
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited early:\n{self.log_tail()}")
+            try:
+                httpx.get(f"{self.url}/healthz", timeout=1)  # cheap: no schema to build
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"{self.kind} did not answer on {self.port}:\n{self.log_tail()}")
+
+    def cpu_seconds(self) -> float:
+        """The server's CPU, its children's included (granian serves from a worker process)."""
+        if self.process is None:
+            return 0.0
+        total = 0.0
+        for pid in [self.process.pid, *children(self.process.pid)]:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            found += [kid, *children(kid)]
+    return found
+
+
+def settle(server: BenchServer, seconds: float = 0.6) -> None:
+    """Wait until the server's CPU stops moving (the post-commit pipeline has caught up)."""
+    last = server.cpu_seconds()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(seconds)
+        now = server.cpu_seconds()
+        if now - last < 0.02:
+            return
+        last = now
+
+
+def measured(server: BenchServer, load: Callable[[], int]) -> dict[str, float]:
+    """Server CPU over ``load`` (which returns the requests it made), the settling included."""
+    settle(server)
+    cpu, began = server.cpu_seconds(), time.perf_counter()
+    requests = load()
+    wall = time.perf_counter() - began
+    settle(server)
+    cpu = server.cpu_seconds() - cpu
+    return {
+        "requests": requests,
+        "cpu_ms": 1000 * cpu / requests,
+        "req_s": requests / wall,
+        "server_cpu_s": cpu,
+    }
+
+
+# --- the loads ---------------------------------------------------------------------------------
+
+
+def publish_load(server: BenchServer, requests: int, batch: int, seed: int) -> Callable[[], int]:
+    load = ph.Load(
+        clients=8, requests=requests, batch=batch, trigger_share=0.0, trigger_topic=ph.PLAIN_TOPIC
+    )
+
+    def run() -> int:
+        figures = ph.http_publish(server, "c-pub", load, seed=seed)
+        return int(figures["requests"])
+
+    return run
+
+
+class Tasks:
+    """8 workers in phases: each claims (no wait) ``AGENTS // 8`` tasks, then all complete what
+    they hold. The CPU of each phase is read apart (after the server settles), so that a claim
+    and a completion are measured on their own; the pipeline work a completion starts is the
+    completion's."""
+
+    def __init__(self, server: BenchServer, tasks: int) -> None:
+        self.server = server
+        self.phases = max(1, tasks // AGENTS)
+        self.held: list[list[dict[str, Any]]] = [[] for _ in range(8)]
+        self.headers = {"Authorization": f"Bearer {server.key}"}
+
+    def _parallel(self, work: Callable[[httpx.Client, int], int]) -> int:
+        counts = [0] * 8
+        errors: list[str] = []
+
+        def worker(n: int) -> None:
+            with httpx.Client(base_url=self.server.url, headers=self.headers, timeout=60) as c:
+                try:
+                    counts[n] = work(c, n)
+                except Exception as error:
+                    errors.append(repr(error))
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise RuntimeError(f"{errors[0]}\n{self.server.log_tail()}")
+        return sum(counts)
+
+    def claim(self) -> int:
+        def work(client: httpx.Client, n: int) -> int:
+            for _ in range(AGENTS // 8):
+                answer = client.post("/api/v1/tasks/claim", json={"wait": 0, "worker": f"w{n}"})
+                answer.raise_for_status()
+                if answer.status_code == 204:
+                    raise RuntimeError("no task to claim")
+                self.held[n].append(answer.json()["task"])
+            return AGENTS // 8
+
+        return self._parallel(work)
+
+    def complete(self) -> int:
+        def work(client: httpx.Client, n: int) -> int:
+            tasks, self.held[n] = self.held[n], []
+            for task in tasks:
+                client.post(
+                    f"/api/v1/tasks/{task['id']}/complete",
+                    json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
+                ).raise_for_status()
+            return len(tasks)
+
+        return self._parallel(work)
+
+    def cycle(self) -> dict[str, dict[str, float]]:
+        """Claim and complete every task of the phases; CPU per claim, per completion, per cycle."""
+        cpu = {"claim": 0.0, "complete": 0.0}
+        wall = {"claim": 0.0, "complete": 0.0}
+        count = {"claim": 0, "complete": 0}
+        settle(self.server)
+        for _ in range(self.phases):
+            for name, step in (("claim", self.claim), ("complete", self.complete)):
+                before, began = self.server.cpu_seconds(), time.perf_counter()
+                count[name] += step()
+                wall[name] += time.perf_counter() - began
+                settle(self.server, 0.25)
+                cpu[name] += self.server.cpu_seconds() - before
+        out = {
+            name: {
+                "requests": count[name],
+                "cpu_ms": 1000 * cpu[name] / count[name],
+                "req_s": count[name] / wall[name],
+                "server_cpu_s": cpu[name],
+            }
+            for name in cpu
+        }
+        tasks = count["complete"]
+        out["cycle"] = {
+            "requests": tasks,
+            "cpu_ms": 1000 * (cpu["claim"] + cpu["complete"]) / tasks,
+            "req_s": tasks / (wall["claim"] + wall["complete"]),
+            "server_cpu_s": cpu["claim"] + cpu["complete"],
+        }
+        return out
+
+
+def page_load(server: BenchServer, requests: int) -> Callable[[], int]:
+    def run() -> int:
+        headers = {"Cookie": server.cookie}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+            for _ in range(requests):
+                answer = client.get("/clusters/c-pub/")
+                answer.raise_for_status()
+                if b"<html" not in answer.content[:400].lower():
+                    raise RuntimeError("the cluster page did not render")
+        return requests
+
+    return run
+
+
+def push_figures(server: BenchServer, sockets: int, publishes: int, seed: int) -> dict[str, Any]:
+    """Server CPU per published message with ``sockets`` pages open and with none."""
+    rows: dict[str, Any] = {}
+    for open_pages in (0, sockets):
+        box: dict[str, Any] = {}
+
+        def run(open_pages: int = open_pages, box: dict[str, Any] = box) -> int:
+            box.update(
+                ph.websocket_publish(
+                    server,
+                    "c-push",
+                    sockets=open_pages,
+                    publishes=publishes,
+                    seed=2 * seed + (1 if open_pages else 0),  # markers of six digits
+                )
+            )
+            return publishes + 3  # the warm-up publishes are inside the CPU window
+
+        figures = measured(server, run)
+        rows[str(open_pages)] = {**figures, **box}
+    without, with_pages = rows["0"], rows[str(sockets)]
+    per_socket = (with_pages["cpu_ms"] - without["cpu_ms"]) / sockets
+    return {
+        "sockets": sockets,
+        "cpu_ms_per_message_no_pages": without["cpu_ms"],
+        "cpu_ms_per_message_with_pages": with_pages["cpu_ms"],
+        "cpu_ms_per_socket_per_message": per_socket,
+        "msg_s_ratio": with_pages["msg_s"] / without["msg_s"],
+        "push_p50_ms": with_pages.get("push_p50_ms"),
+        "delivered": with_pages.get("delivered"),
+        "rows": rows,
+    }
+
+
+# --- one server, every path -------------------------------------------------------------------
+
+
+def prepare(server: BenchServer, tasks: int) -> None:
+    server.prepare(["c-pub", "c-push"])
+    setup = TASKS_SETUP.format(agents=AGENTS, cluster="tps", tasks=tasks)
+    subprocess.run(
+        [sys.executable, str(server.root / "manage.py"), "shell", "-c", setup],
+        env={**server.env, "ZEROSHOT_PIPELINE": "inline"},
+        cwd=server.root,
+        check=True,
+        capture_output=True,
+    )
+
+
+def run_paths(
+    server: BenchServer, paths: list[str], args: argparse.Namespace, seed: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    tasks = Tasks(server, args.tasks)
+    for path in paths:
+        if path == "publish":
+            out[path] = measured(server, publish_load(server, args.publishes, 1, seed))
+            out[path]["msg_s"] = out[path]["req_s"]
+        elif path == "batch":
+            figures = measured(server, publish_load(server, args.batches, 100, seed))
+            figures["cpu_ms_per_message"] = figures["cpu_ms"] / 100
+            figures["msg_s"] = figures["req_s"] * 100
+            out[path] = figures
+        elif path == "tasks":
+            cycle = tasks.cycle()
+            out["claim"], out["complete"] = cycle["claim"], cycle["complete"]
+            out["task_cycle_cpu_ms"] = cycle["cycle"]["cpu_ms"]
+            out["task_cycle_s"] = cycle["cycle"]["req_s"]
+        elif path == "page":
+            out[path] = measured(server, page_load(server, args.pages))
+        elif path == "push":
+            out[path] = push_figures(server, args.sockets, args.push_messages, seed)
+    return out
+
+
+# Blocking waits: a thread parked in one uses no CPU, yet the profile of a served process
+# books time to them (seen on this machine for the pipeline's condition waits, whatever the
+# clock); they are left out of the tables and of the total.
+WAITS = ("acquire' of '_thread.lock", "get' of '_queue.SimpleQueue", "poll' of 'select.epoll")
+
+
+def top_costs(profile: Path, limit: int) -> dict[str, Any]:
+    stats = pstats.Stats(str(profile), stream=io.StringIO())
+    for key in list(stats.stats):  # type: ignore[attr-defined]
+        if any(wait in key[2] for wait in WAITS):
+            del stats.stats[key]  # type: ignore[attr-defined]
+    total = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    rows = []
+    for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append(
+            {
+                "function": f"{short(filename)}:{line}({name})",
+                "calls": calls,
+                "own_s": tottime,
+                "own_share": tottime / total if total else 0.0,
+                "cum_s": cumtime,
+                "cum_share": cumtime / total if total else 0.0,
+            }
+        )
+    unsorted = list(rows)
+    rows.sort(key=lambda row: row["own_s"], reverse=True)
+    ours = [
+        row
+        for (filename, _line, name), row in zip(stats.stats, unsorted, strict=True)  # type: ignore[attr-defined]
+        if filename.startswith(str(ROOT))
+        and "/bench/" not in filename
+        and "/.venv/" not in filename
+        and not name.startswith(("_work", "_next", "_sweep"))  # the pipeline's waiting loops
+    ]
+    ours.sort(key=lambda row: row["cum_s"], reverse=True)
+    return {"own": rows[:limit], "ours": ours[:limit], "total_s": total}
+
+
+def short(filename: str) -> str:
+    for marker in ("site-packages/", str(ROOT) + "/", "lib/python3.11/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def fresh_database(url: str | None, name: str) -> str | None:
+    """A PostgreSQL database of the benchmark's own (its name must start with bench_)."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    base = parts.path.lstrip("/")
+    if not base.startswith("bench_"):
+        raise SystemExit("--database-url must name a database starting with bench_")
+    db = f"{base}_{name}"
+    admin = parts._replace(path="/postgres").geturl()
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{db}"')
+    return parts._replace(path=f"/{db}").geturl()
+
+
+def drop_database(url: str | None) -> None:
+    if url is None:
+        return
+    parts = urlsplit(url)
+    import psycopg
+
+    with psycopg.connect(parts._replace(path="/postgres").geturl(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+
+
+def bench_one(
+    kind: str,
+    db: str,
+    workdir: Path,
+    args: argparse.Namespace,
+    paths: list[str],
+    label: str = "",
+    root: Path = ROOT,
+) -> dict[str, Any]:
+    name = f"{kind}_{label}" if label else kind
+    pg_url = fresh_database(args.database_url, name) if db == "postgresql" else None
+    url = pg_url or f"sqlite:///{workdir / f'{name}-{db}.sqlite3'}"
+    server = BenchServer(kind, workdir / db / name, url, args.redis_url if pg_url else None, root)
+    rounds: list[dict[str, Any]] = []
+    profiles: dict[str, Any] = {}
+    try:
+        tasks_needed = args.tasks * (args.rounds + (0 if args.no_profile else 1)) + 16
+        prepare(server, tasks_needed)
+        server.start()
+        try:
+            for n in range(args.rounds):
+                rounds.append(run_paths(server, paths, args, seed=n + 1))
+                print(f"{name} {db} round {n + 1}: {summary(rounds[-1])}", flush=True)
+        finally:
+            server.stop()
+        if not args.no_profile and kind == "daphne":
+            for path in paths:
+                server.profile_out = RESULTS / f"cpu-{name}-{db}-{path}.prof"
+                server.start()
+                try:
+                    figures = run_paths(server, [path], args, seed=100)
+                finally:
+                    server.stop()
+                time.sleep(0.5)
+                if not server.profile_out.exists():
+                    raise RuntimeError(f"no profile written:\n{server.log_tail()}")
+                top = top_costs(server.profile_out, args.top)
+                profiles[path] = {"figures": figures, "top": top}
+    finally:
+        drop_database(pg_url)
+    return {"rounds": rounds, "profiles": profiles, "tracebacks": server.tracebacks()}
+
+
+def summary(figures: dict[str, Any]) -> str:
+    parts = []
+    for path, row in figures.items():
+        if path == "push":
+            parts.append(f"push {row['cpu_ms_per_socket_per_message']:.3f} ms/socket/msg")
+        elif isinstance(row, dict) and "cpu_ms" in row:
+            parts.append(f"{path} {row['cpu_ms']:.2f} ms")
+    return ", ".join(parts)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def fmt(values: list[float], digits: int = 2) -> str:
+    if not values:
+        return "-"
+    return f"{median(values):.{digits}f} [{min(values):.{digits}f}..{max(values):.{digits}f}]"
+
+
+def table(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "| server | database | path | server CPU per request, ms | throughput | note |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, result in results.items():
+        kind, db, *label = key.split("/")
+        if label:
+            kind = f"{kind} ({label[0]})"
+        rounds = result["rounds"]
+        for path in ROWS:
+            rows = [r[path] for r in rounds if path in r]
+            if not rows:
+                continue
+            if path == "push":
+                cpu = fmt([r["cpu_ms_per_socket_per_message"] for r in rows], 3)
+                thr = fmt([r["msg_s_ratio"] for r in rows], 2) + "x of no pages"
+                note = (
+                    f"{rows[0]['sockets']} pages; per message "
+                    f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
+                    f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
+                    f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms; "
+                    f"delivered {fmt([r['delivered'] for r in rows])}"
+                )
+                row = f"| {kind} | {db} | push, per socket per message | {cpu} | {thr} | {note} |"
+                lines.append(row)
+                continue
+            cpu = fmt([r["cpu_ms"] for r in rows])
+            if path in ("publish", "batch"):
+                thr = fmt([r["msg_s"] for r in rows], 0) + " msg/s"
+            else:
+                thr = fmt([r["req_s"] for r in rows], 0) + " req/s"
+            note = ""
+            if path == "batch":
+                note = f"{fmt([r['cpu_ms_per_message'] for r in rows], 3)} ms per message"
+            if path == "complete":
+                cycle = [r["task_cycle_cpu_ms"] for r in rounds if "task_cycle_cpu_ms" in r]
+                rate = [r["task_cycle_s"] for r in rounds if "task_cycle_s" in r]
+                note = f"task cycle (claim + complete): {fmt(cycle)} ms, {fmt(rate, 0)} tasks/s"
+            lines.append(f"| {kind} | {db} | {path} | {cpu} | {thr} | {note} |")
+    return lines
+
+
+def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float, float]) -> str:
+    lines = [
+        f"# Server CPU per request ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"`bench/cpu_profile.py {' '.join(sys.argv[1:])}`: {args.rounds} round(s), median "
+        "[min..max]. Server CPU = the server process's own utime+stime (`/proc`, all its "
+        "threads and children) over the load and until it settles, divided by the requests. "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, load average "
+        f"{load[0]:.2f} before, {load[1]:.2f} after.",
+        "",
+        f"Loads: publish 8 clients x {args.publishes} single messages; "
+        f"batch 8 x {args.batches} of 100; tasks: {args.tasks} tasks of {AGENTS} agents, "
+        "8 workers claiming (without waiting) one task per agent, then completing them, "
+        f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in; push "
+        f"{args.push_messages} messages one after the other with {args.sockets} cluster pages "
+        "open, minus the same with none, over the pages.",
+        "",
+        *table(results),
+        "",
+        "Tracebacks in the servers' logs: "
+        + ", ".join(f"{key} {result['tracebacks']}" for key, result in results.items())
+        + ".",
+    ]
+    for key, result in results.items():
+        for path, profile in result["profiles"].items():
+            top = profile["top"]
+            lines += [
+                "",
+                f"## Top costs, {key}, {path}",
+                "",
+                f"cProfile in every thread on its CPU clock, {top['total_s']:.2f} s of CPU in "
+                "all (the server's start included; blocking waits left out). Own time:",
+                "",
+                "| function | calls | own s | share |",
+                "| --- | --- | --- | --- |",
+            ]
+            for row in top["own"]:
+                lines.append(
+                    f"| `{row['function']}` | {row['calls']} | {row['own_s']:.3f} | "
+                    f"{100 * row['own_share']:.1f} % |"
+                )
+            lines += [
+                "",
+                "The project's functions by cumulative time (callees included):",
+                "",
+                "| function | calls | cumulative s | share |",
+                "| --- | --- | --- | --- |",
+            ]
+            for row in top["ours"]:
+                lines.append(
+                    f"| `{row['function']}` | {row['calls']} | {row['cum_s']:.3f} | "
+                    f"{100 * row['cum_share']:.1f} % |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", default="daphne", help="daphne,uvicorn,granian")
+    parser.add_argument("--only", default=",".join(PATHS), help=",".join(PATHS))
+    parser.add_argument("--database-url", help="postgres://…/bench_…: also run on PostgreSQL")
+    parser.add_argument("--redis-url", help="the channel layer for the PostgreSQL server")
+    parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--publishes", type=int, default=60, help="per client")
+    parser.add_argument("--batches", type=int, default=4, help="per client")
+    parser.add_argument("--tasks", type=int, default=256)
+    parser.add_argument("--pages", type=int, default=40)
+    parser.add_argument("--sockets", type=int, default=100)
+    parser.add_argument("--push-messages", type=int, default=40)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument(
+        "--trees",
+        help="label=DIR,...: serve each checkout of the app in turn (e.g. before=/tmp/old,after=.)",
+    )
+    parser.add_argument("--out", default=str(RESULTS / "cpu.md"))
+    args = parser.parse_args()
+    paths = [p for p in args.only.split(",") if p]
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        raise SystemExit(f"unknown paths: {sorted(unknown)}")
+    databases = ([] if args.no_sqlite else ["sqlite"]) + (
+        ["postgresql"] if args.database_url else []
+    )
+    trees: list[tuple[str, Path]] = [("", ROOT)]
+    if args.trees:
+        trees = [
+            (label, Path(folder).resolve())
+            for label, _, folder in (item.partition("=") for item in args.trees.split(","))
+        ]
+    load_before = os.getloadavg()[0]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="cpu-bench-") as tmp:
+        for db in databases:
+            for label, root in trees:
+                for kind in args.servers.split(","):
+                    key = f"{kind}/{db}" + (f"/{label}" if label else "")
+                    results[key] = bench_one(kind, db, Path(tmp), args, paths, label, root)
+    text = report(results, args, (load_before, os.getloadavg()[0]))
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
