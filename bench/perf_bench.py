@@ -1,7 +1,8 @@
 """The publish path, the context build, the import and the cluster page against their goals.
 
 Usage: ``.venv/bin/python bench/perf_bench.py [--quick] [--rounds N] [--only ROW[,ROW]]
-[--postgres URL --redis URL] [--zeroshot PATH --reference DIR]`` (see bench/README.md).
+[--postgres URL --redis URL] [--zeroshot PATH --reference DIR] [--section] [--profile-publish]``
+(see bench/README.md).
 
 Every row of the table is measured in one run, the rows interleaved round by round (three
 rounds; ``--quick``: one, smaller), with the state snapshotter and the live push on as a server
@@ -49,6 +50,7 @@ ROWS = (
     "context_build",
     "import",
     "cluster_page",
+    "zeroshot_publish",
 )
 X = "\N{MULTIPLICATION SIGN}"  # ratios written as the issue writes them
 HTTP_ROWS = {"http_sqlite", "http_postgres", "http_batch", "websockets"}
@@ -474,6 +476,166 @@ class Import:
         }
 
 
+# --- row 10: our publish beside zeroshot's MessageBus.publish ----------------------------------
+
+
+ZS_PUBLISH_DRIVER = ROOT / "bench" / "zs_publish_driver.js"
+
+
+def draft_line(draft: Any) -> str:
+    """A draft as zeroshot's ``MessageBus.publish`` takes it (the cluster id added there)."""
+    return json.dumps(
+        {
+            "topic": draft.topic,
+            "sender": draft.sender,
+            "receiver": draft.receiver,
+            "content": draft.content,
+            "metadata": draft.metadata,
+        }
+    )
+
+
+class ZeroshotPublish:
+    """The same drafts, one message per call, side by side: our in-process ``message_publish``
+    (SQLite, WAL, ``synchronous=NORMAL``, push and snapshotter on) and zeroshot's
+    ``MessageBus.publish`` → ``Ledger.append`` (better-sqlite3, the same PRAGMAs, one process,
+    ``zs_publish_driver.js``). Messages per second over the wall time and CPU per message: this
+    process's CPU (``time.process_time``, every thread) for ours, the node process's
+    ``process.cpuUsage()`` for theirs, each over its publishes only."""
+
+    def __init__(self, sizes: Sizes, workdir: Path, zeroshot: Path | None) -> None:
+        self.sizes = sizes
+        self.dir = workdir / "zs-publish"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.drafts = lb.make_drafts(sizes.single, seed=4)
+        self.drafts_file = self.dir / "drafts.jsonl"
+        self.drafts_file.write_text("".join(draft_line(d) + "\n" for d in self.drafts))
+        self.node: subprocess.Popen[str] | None = None
+        self.absent = ""
+        self.versions = ""
+        if zeroshot is None:
+            self.absent = "no zeroshot checkout given (--zeroshot PATH)"
+        elif not (zeroshot / "node_modules" / "better-sqlite3").exists():
+            self.absent = f"{zeroshot} has no node_modules/better-sqlite3"
+        elif shutil.which("node") is None:
+            self.absent = "no node on PATH"
+        else:
+            self.node = subprocess.Popen(
+                ["node", str(ZS_PUBLISH_DRIVER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "ZS_ROOT": str(zeroshot)},
+            )
+            self.theirs("zs-publish-warmup", self.sizes.single // 4 or 1)
+
+    def theirs(self, name: str, count: int | None = None) -> dict[str, Any]:
+        assert self.node is not None
+        assert self.node.stdin is not None
+        assert self.node.stdout is not None
+        source = self.drafts_file
+        if count is not None:  # a warm-up on the first drafts
+            source = self.dir / "warmup.jsonl"
+            source.write_text("".join(draft_line(d) + "\n" for d in self.drafts[:count]))
+        target = self.dir / f"{name}.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
+        self.node.stdin.write(f"publish {target} {source}\n")
+        self.node.stdin.flush()
+        answer: dict[str, Any] = json.loads(self.node.stdout.readline())
+        assert answer["stored"] == answer["count"], answer
+        return answer
+
+    def ours(self, cluster_id: str) -> tuple[float, float]:
+        """(seconds of wall time, seconds of this process's CPU) for publishing the drafts."""
+        from ledger.services import cluster_create
+
+        cluster_create(cluster_id=cluster_id, created_at=1_770_000_000_000)
+        cpu = time.process_time()
+        nanos = lb.clock(lambda: lb.publish_single(cluster_id, self.drafts))
+        return nanos / 1e9, time.process_time() - cpu
+
+    def measure(self, round_no: int) -> dict[str, Any]:
+        count = len(self.drafts)
+        wall, cpu = self.ours(f"perf-zs-publish-{round_no}")
+        figures: dict[str, Any] = {
+            "msg_s": count / wall,
+            "cpu_ms": cpu * 1000 / count,
+        }
+        if self.node is not None:
+            zs = self.theirs(f"zs-publish-{round_no}")
+            figures |= {
+                "zeroshot_msg_s": count / (zs["wall_ms"] / 1000),
+                "zeroshot_cpu_ms": zs["cpu_ms"] / count,
+            }
+            figures["ratio"] = figures["msg_s"] / figures["zeroshot_msg_s"]
+            figures["cpu_ratio"] = figures["cpu_ms"] / figures["zeroshot_cpu_ms"]
+            self.versions = f"better-sqlite3 {zs['better_sqlite3']}, SQLite {zs['sqlite']}"
+        return figures
+
+    def profile(self, top: int = 8) -> list[str]:
+        """One more untimed pass of ``message_publish`` under cProfile: the top costs by own
+        time, and the project's functions by cumulative time, per message."""
+        import cProfile
+        import pstats
+
+        from ledger.services import cluster_create
+
+        cluster_create(cluster_id="perf-zs-publish-profile", created_at=1_770_000_000_000)
+        profiler = cProfile.Profile(time.thread_time)  # this thread's CPU, not its waits
+        profiler.runcall(lb.publish_single, "perf-zs-publish-profile", self.drafts)
+        stats = pstats.Stats(profiler)
+        count = len(self.drafts)
+        entries = stats.stats  # type: ignore[attr-defined]
+        total = sum(own for _, _, own, _, _ in entries.values())
+
+        def name(key: tuple[str, int, str]) -> str:
+            file, line, func = key
+            relative = file.removeprefix(str(ROOT) + "/")
+            if relative.startswith("/"):
+                relative = "/".join(Path(relative).parts[-2:])
+            if line:
+                return f"`{relative}:{line} {func}`"
+            return f"`{func.split(' at 0x')[0]}>`" if " at 0x" in func else f"`{func}`"
+
+        by_own = sorted(entries.items(), key=lambda item: -item[1][2])[:top]
+        project = ("ledger/", "snapshots/", "context/", "runs/", "zeroshot_web/", "operations/")
+        by_cum = sorted(
+            (
+                item
+                for item in entries.items()
+                if item[0][0].removeprefix(str(ROOT) + "/").startswith(project)
+            ),
+            key=lambda item: -item[1][3],
+        )[:top]
+        own = ", ".join(
+            f"{name(k)} {v[2] * 1e6 / count:.0f} µs ({v[2] / total:.0%}, {v[1] / count:.3g} calls)"
+            for k, v in by_own
+        )
+        cum = ", ".join(f"{name(k)} {v[3] * 1e6 / count:.0f} µs" for k, v in by_cum)
+        publish_total = max(v[3] for v in entries.values())
+        by_cum_all = sorted(entries.items(), key=lambda item: -item[1][3])[1 : 2 * top + 1]
+        cum_all = ", ".join(
+            f"{name(k)} {v[3] * 1e6 / count:.0f} µs ({v[3] / publish_total:.0%})"
+            for k, v in by_cum_all
+        )
+        return [
+            f"Profile of `message_publish` (cProfile on the publishing thread's CPU clock, {count} "
+            f"messages, {total * 1e6 / count:.0f} µs of CPU a message under the profiler), top "
+            f"own time per message: {own}.",
+            f"The project's functions by cumulative time per message: {cum}.",
+            f"Every function by cumulative time per message: {cum_all}.",
+        ]
+
+    def close(self) -> None:
+        if self.node is not None:
+            assert self.node.stdin is not None
+            self.node.stdin.write("quit\n")
+            self.node.stdin.close()
+            self.node.wait(10)
+            self.node = None
+
+
 # --- row 9: the cluster page ---------------------------------------------------------------------
 
 
@@ -793,6 +955,28 @@ def table(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 verdict(r, Goal("p50_ms", 8, at_most=True, unit=" ms")),
             )
         )
+    if "zeroshot_publish" in s:
+        r = s["zeroshot_publish"]
+        zs = results.get("zeroshot", {})
+        against = (
+            f"zeroshot {zs.get('commit', '?')} `MessageBus.publish` → `Ledger.append` "
+            f"(better-sqlite3, same PRAGMAs, one process): "
+            f"{figure(r, 'zeroshot_msg_s', ' msg/s')}, "
+            f"{figure(r, 'zeroshot_cpu_ms', ' ms')} CPU a message; ours uses "
+            f"{figure(r, 'cpu_ratio', X)} its CPU"
+            if "ratio" in r
+            else f"zeroshot not measured: {zs.get('absent', '')}"
+        )
+        out.append(
+            (
+                f"`message_publish` beside zeroshot's, {results['sizes']['single']:,} drafts one "
+                "per call, push + snapshotter on (SQLite, WAL, `synchronous=NORMAL`)",
+                f"{figure(r, 'msg_s', ' msg/s')}, {figure(r, 'cpu_ms', ' ms')} CPU a message"
+                f" = {figure(r, 'ratio', X)}",
+                against,
+                verdict(r, Goal("ratio", 0.3)),
+            )
+        )
     return out
 
 
@@ -814,6 +998,26 @@ def markdown(results: dict[str, Any]) -> str:
     for note in results["notes"]:
         lines += ["", f"- {note}"]
     return "\n".join(lines) + "\n"
+
+
+def with_section(path: Path, rows: Sequence[str], text: str) -> str:
+    """``path``'s text with ``text`` as its section for ``rows``: a section headed like this one
+    is replaced, any other text is kept, and a file that is not there yet gets the section."""
+    heading = f"## Rows {', '.join(rows)}"
+    body = text.replace("# Performance", "Performance", 1).strip()
+    section = f"{heading}\n\n{body}\n"
+    old = path.read_text() if path.exists() else ""
+    start = old.find(heading + "\n")
+    if start < 0:
+        return f"{old.rstrip()}\n\n{section}" if old else section
+    end = old.find("\n## ", start + len(heading))
+    rest = old[end + 1 :] if end >= 0 else ""
+    return f"{old[:start]}{section}" + (f"\n{rest}" if rest else "")
+
+
+def zeroshot_node() -> str:
+    done = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
 
 
 def zeroshot_commit(path: Path | None) -> dict[str, Any]:
@@ -860,6 +1064,17 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, help="rounds (default: 3; --quick: 1)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument(
+        "--profile-publish",
+        action="store_true",
+        help="after the rounds, profile message_publish (row zeroshot_publish) into the notes",
+    )
+    parser.add_argument(
+        "--section",
+        action="store_true",
+        help="write the table as a section of bench/results/perf.md (replacing the section of "
+        "the same rows), keeping the rest of the file",
+    )
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.rounds:
@@ -909,6 +1124,13 @@ def main() -> None:
                 parts["import"] = Import(ledgers, workdir).measure
         if "cluster_page" in rows:
             parts["cluster_page"] = ClusterPage(sizes).measure
+        if "zeroshot_publish" in rows:
+            zs_publish = ZeroshotPublish(sizes, workdir, args.zeroshot)
+            closers.append(zs_publish.close)
+            parts["zeroshot_publish"] = zs_publish.measure
+            if zs_publish.absent:
+                zs["absent"] = zs_publish.absent
+                notes.append(f"zeroshot's publish not measured: {zs_publish.absent}.")
         if HTTP_ROWS & set(rows):
             from django.db import connection
 
@@ -934,6 +1156,15 @@ def main() -> None:
                     f"{time.perf_counter() - began:.1f}s",
                     flush=True,
                 )
+        if "zeroshot_publish" in parts and zs_publish.versions:
+            notes.append(
+                f"zeroshot's publish ran on node {zeroshot_node()}, {zs_publish.versions}; "
+                "ours on Python's sqlite3 (the SQLite in the header). zeroshot's bus had no "
+                "listener but its own forwarding and no websocket client; ours ran with the "
+                "push and the snapshotter subscribed, as a server."
+            )
+        if "zeroshot_publish" in parts and args.profile_publish:
+            notes += zs_publish.profile()
     finally:
         for close in closers:
             close()
@@ -964,8 +1195,12 @@ def main() -> None:
         "total_seconds": time.perf_counter() - started,
     }
     RESULTS_JSON.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
     text = markdown(results)
+    figures = RESULTS_JSON
+    if args.section:  # the full run's figures stay where they are
+        text = with_section(RESULTS_MD, rows, text)
+        figures = RESULTS_JSON.with_name(f"perf-{'-'.join(rows)}.json")
+    figures.write_text(json.dumps(results, indent=2) + "\n")
     RESULTS_MD.write_text(text)
     print(text)
     print(f"written to {RESULTS_MD.relative_to(ROOT)} in {results['total_seconds']:.0f}s")
