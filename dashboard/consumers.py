@@ -157,7 +157,12 @@ class ClusterFanout:
         if subscription.reader is not None:
             subscription.reader.cancel()
         started = subscription.started
-        if started is not None and started.done() and not started.exception():
+        if (
+            started is not None
+            and started.done()
+            and not started.cancelled()
+            and started.exception() is None
+        ):
             layer = get_channel_layer()
             if layer is not None:
                 await layer.group_discard(group, subscription.channel)
