@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 import dashboard.fragments
-from dashboard.consumers import SharedRenders, fanout
+from dashboard.consumers import ClusterFanout, ClusterTimelineConsumer, SharedRenders, fanout
 from dashboard.fragments import push_fragments
 from ledger.interfaces import MessageRecord, cluster_group
 from ledger.services import MessageDraft, message_publish, message_publish_batch
@@ -202,6 +202,41 @@ def wire_of(sequence: int, text: str = "hello") -> dict[str, Any]:
         sender="worker",
         content={"text": text},
     ).to_wire()
+
+
+def test_a_push_to_a_page_not_accepted_yet_is_kept_for_after_its_accept() -> None:
+    """A page joins its cluster before it is accepted, as it joined the group before: a push in
+    between is written after the accept, not lost and not sent before it."""
+    hub = ClusterFanout(SharedRenders())
+    group = cluster_group("c-1")
+    connecting, open_page = ClusterTimelineConsumer(), ClusterTimelineConsumer()
+    connecting.backlog = []
+    sent: list[str] = []
+
+    async def send(text_data: str) -> None:
+        sent.append(text_data)
+
+    open_page.send = send
+
+    async def scenario() -> list[str]:
+        layer = get_channel_layer()
+        await hub.join(group, connecting)
+        await hub.join(group, open_page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        deadline = asyncio.get_running_loop().time() + 5
+        while not sent:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        await hub.leave(group, connecting)
+        await hub.leave(group, open_page)
+        return list(connecting.backlog or [])
+
+    kept = asyncio.run(scenario())
+
+    assert kept == sent
+    assert row_sequences(kept[0]) == ["1"]
+    assert hub.frames == 1
+    assert hub.subscribes == 1
 
 
 def test_sockets_asking_at_once_share_the_first_render() -> None:
