@@ -3,18 +3,22 @@
 A push carries the message's timeline row (when the page's filters want it), the header's
 message count and, for a ``STATE_SNAPSHOT``, the snapshot panel (``dashboard.fragments``).
 ``views.clusters.timeline_missed`` sends the same fragments to a page that reconnects.
-A message is rendered once per process, however many pages show its cluster (``SharedRenders``).
+A message is rendered once per process, however many pages show its cluster (``SharedRenders``),
+and received once per process: the pages of a cluster share one channel-layer subscription
+whose frames are written to each of them (``ClusterFanout``, docs/decisions/0160-push-fanout.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 
 from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import (
@@ -24,6 +28,8 @@ from ledger.interfaces import (
     websocket_refusal,
     websocket_refuse,
 )
+
+logger = logging.getLogger(__name__)
 
 # (cluster id, sequence, message id): the id tells a re-created cluster's messages apart.
 _Key = tuple[str, str, str]
@@ -90,6 +96,121 @@ class SharedRenders:
 shared_renders = SharedRenders()
 
 
+class _Subscription:
+    """One cluster's group on one event loop: its channel, its reader and its local pages."""
+
+    def __init__(self) -> None:
+        self.pages: list[ClusterTimelineConsumer] = []
+        self.channel = ""
+        self.started: asyncio.Task[None] | None = None
+        self.reader: asyncio.Task[None] | None = None
+
+
+class ClusterFanout:
+    """One channel-layer subscription per cluster per process, its pushes written to each page.
+
+    The first page of a cluster to connect subscribes a channel of the process to the cluster's
+    group and starts one task that receives from it; the last one to leave unsubscribes it.
+    Each received push is rendered once (``SharedRenders``) and its frame built once per
+    distinct choice of rows the pages' filters make (one, when the pages show the same rows),
+    then written to every page in the order the pushes came. Subscriptions belong to the event
+    loop of their pages (one per server process; a test's own).
+    """
+
+    def __init__(self, renders: SharedRenders) -> None:
+        self.renders = renders
+        self.subscribes = 0  # group subscriptions made, for the tests and a debugger
+        self.frames = 0  # frames built
+        self._subscriptions: dict[tuple[asyncio.AbstractEventLoop, str], _Subscription] = {}
+
+    async def join(self, group: str, page: ClusterTimelineConsumer) -> None:
+        """Add ``page`` to ``group``'s pages, subscribing the process first if it is the first."""
+        loop = asyncio.get_running_loop()
+        key = (loop, group)
+        subscription = self._subscriptions.get(key)
+        if subscription is None:
+            # Subscriptions of loops that are gone (a test's) have no page to write to any more.
+            self._subscriptions = {
+                k: s for k, s in self._subscriptions.items() if not k[0].is_closed()
+            }
+            subscription = self._subscriptions[key] = _Subscription()
+            subscription.started = loop.create_task(self._subscribe(group, subscription))
+        subscription.pages.append(page)
+        assert subscription.started is not None
+        try:
+            # Shielded: a page that closes meanwhile must not cancel the others' subscription.
+            await asyncio.shield(subscription.started)
+        except BaseException:
+            await self.leave(group, page)
+            raise
+
+    async def leave(self, group: str, page: ClusterTimelineConsumer) -> None:
+        """Take ``page`` out; the last page of a cluster unsubscribes the process from it."""
+        key = (asyncio.get_running_loop(), group)
+        subscription = self._subscriptions.get(key)
+        if subscription is None or page not in subscription.pages:
+            return
+        subscription.pages.remove(page)
+        if subscription.pages:
+            return
+        del self._subscriptions[key]
+        if subscription.reader is not None:
+            subscription.reader.cancel()
+        started = subscription.started
+        if (
+            started is not None
+            and started.done()
+            and not started.cancelled()
+            and started.exception() is None
+        ):
+            layer = get_channel_layer()
+            if layer is not None:
+                await layer.group_discard(group, subscription.channel)
+
+    async def _subscribe(self, group: str, subscription: _Subscription) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        self.subscribes += 1
+        subscription.channel = await layer.new_channel()
+        await layer.group_add(group, subscription.channel)
+        subscription.reader = asyncio.get_running_loop().create_task(
+            self._read(layer, subscription)
+        )
+
+    async def _read(self, layer: Any, subscription: _Subscription) -> None:
+        while True:
+            event = await layer.receive(subscription.channel)
+            try:
+                await self._deliver(subscription, event)
+            except Exception:
+                # Live pushes are hints (SPEC §1.4): a page catches up when it reconnects.
+                logger.exception("live push to the cluster pages failed")
+
+    async def _deliver(self, subscription: _Subscription, event: dict[str, Any]) -> None:
+        if event.get("type") == "ledger.message":
+            wires = [event["message"]]
+        elif event.get("type") == "ledger.messages":
+            wires = list(event["messages"])
+        else:
+            return
+        rendered = [await self.renders.fragments(wire) for wire in wires]
+        frames: dict[tuple[bool, ...], str] = {}
+        for page in list(subscription.pages):
+            wanted = tuple(page.wanted(wire) for wire in wires)
+            frame = frames.get(wanted)
+            if frame is None:
+                self.frames += 1
+                frame = frames[wanted] = "".join(
+                    fragments.html(with_row=row)
+                    for fragments, row in zip(rendered, wanted, strict=True)
+                )
+            await page.write(frame)
+
+
+fanout = ClusterFanout(shared_renders)
+
+
 class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     """Pushes each new message of a cluster to its page as rendered fragments.
 
@@ -99,11 +220,15 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     come from searching again), only the header and the snapshot.
     """
 
+    # No channel of its own: the cluster's pages share one (``ClusterFanout``).
+    channel_layer_alias = "dashboard.fanout-only"
     group: str | None = None
     topic: str = ""
     sender: str = ""
     since: int | None = None
     searching: bool = False
+    # Frames pushed before the page was accepted, written right after it is.
+    backlog: list[str] | None = None
 
     async def connect(self) -> None:
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
@@ -117,15 +242,21 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         since = query.get("since", [""])[0].strip()
         self.since = int(since) if since.isdigit() else None
         self.searching = bool(query.get("q", [""])[0].strip())
-        self.group = cluster_group(cluster_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        group = cluster_group(cluster_id)
+        self.backlog = []
+        await fanout.join(group, self)
+        self.group = group
         await self.accept()
+        while self.backlog:
+            await self.send(text_data=self.backlog.pop(0))
+        self.backlog = None
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await fanout.leave(self.group, self)
 
-    def _wanted(self, wire: dict[str, JSON]) -> bool:
+    def wanted(self, wire: dict[str, JSON]) -> bool:
+        """Whether the page's filters show the message's row."""
         if self.searching:
             return False
         if self.topic and wire.get("topic") != self.topic:
@@ -134,15 +265,13 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return False
         return self.since is None or int(wire.get("timestamp", 0)) >= self.since
 
-    async def ledger_message(self, event: dict[str, Any]) -> None:
-        wire = event["message"]
-        fragments = await shared_renders.fragments(wire)
-        await self.send(text_data=fragments.html(with_row=self._wanted(wire)))
-
-    async def ledger_messages(self, event: dict[str, Any]) -> None:
-        """A coalesced push (the ledger's push loop): all its fragments in one frame."""
-        parts = []
-        for wire in event["messages"]:
-            fragments = await shared_renders.fragments(wire)
-            parts.append(fragments.html(with_row=self._wanted(wire)))
-        await self.send(text_data="".join(parts))
+    async def write(self, frame: str) -> None:
+        """Send one pushed frame, kept for after the accept while the page is connecting."""
+        if self.backlog is not None:
+            self.backlog.append(frame)
+            return
+        try:
+            await self.send(text_data=frame)
+        except Exception:
+            # A page that went away meanwhile; the others still get the frame.
+            logger.debug("push to a closed cluster page", exc_info=True)

@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
 import dashboard.fragments
-from dashboard.consumers import SharedRenders
+from dashboard.consumers import ClusterFanout, ClusterTimelineConsumer, SharedRenders, fanout
 from dashboard.fragments import push_fragments
-from ledger.interfaces import MessageRecord
+from ledger.interfaces import MessageRecord, cluster_group
 from ledger.services import MessageDraft, message_publish, message_publish_batch
 from zeroshot_web.asgi import application
 
@@ -108,6 +109,89 @@ def test_many_pages_on_one_cluster_cost_one_render_per_message(
     assert template_renders == {"timeline-rows": 3, "message-count": 3}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_pages_of_one_cluster_share_one_subscription_and_one_frame_per_push(
+    cluster: str, operator_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the suite's layer: in memory on SQLite, Redis on PostgreSQL."""
+    layer = get_channel_layer()
+    group = cluster_group(cluster)
+    calls: Counter[str] = Counter()
+    received: list[dict[str, Any]] = []
+    group_add, group_discard, receive = layer.group_add, layer.group_discard, layer.receive
+
+    async def counting_add(name: str, channel: str) -> None:
+        calls["add"] += name == group
+        await group_add(name, channel)
+
+    async def counting_discard(name: str, channel: str) -> None:
+        calls["discard"] += name == group
+        await group_discard(name, channel)
+
+    async def counting_receive(channel: str) -> dict[str, Any]:
+        event: dict[str, Any] = await receive(channel)
+        received.append(event)
+        return event
+
+    monkeypatch.setattr(layer, "group_add", counting_add)
+    monkeypatch.setattr(layer, "group_discard", counting_discard)
+    monkeypatch.setattr(layer, "receive", counting_receive)
+    headers = [
+        (b"cookie", f"sessionid={operator_client.cookies['sessionid'].value}".encode()),
+        (b"origin", b"http://localhost"),
+    ]
+    path = f"/ws/clusters/{cluster}/timeline/"
+
+    async def publish(text: str) -> None:
+        await database_sync_to_async(message_publish)(
+            cluster_id=cluster,
+            draft=MessageDraft(topic="AGENT_OUTPUT", sender="worker", content={"text": text}),
+        )
+
+    async def until(page: WebsocketCommunicator, sequence: int) -> str:
+        frames = [await page.receive_from(timeout=5)]
+        while f'data-sequence="{sequence}" hx-swap-oob="true"' not in frames[-1]:
+            frames.append(await page.receive_from(timeout=5))
+        return "".join(frames)
+
+    async def scenario() -> tuple[list[str], int, int, str]:
+        pages = [WebsocketCommunicator(application, path, headers=headers) for _ in range(8)]
+        for page in pages:
+            assert (await page.connect())[0]
+        frames_before, renders_before = fanout.frames, fanout.renders.renders
+        for n in range(3):
+            await publish(f"{XSS} {n}")
+            # one push after the other: each its own event, in order
+            await pages[0].receive_from(timeout=5)
+        pushes = [await until(page, 3) if page is not pages[0] else "" for page in pages]
+        frames, renders = fanout.frames - frames_before, fanout.renders.renders - renders_before
+        for page in pages:
+            assert await page.receive_nothing(timeout=0.1)
+            await page.disconnect()
+        # the last page gone, the process left the group; a page coming back subscribes again
+        assert calls["discard"] == 1
+        again = WebsocketCommunicator(application, path, headers=headers)
+        assert (await again.connect())[0]
+        await publish("after the reconnect")
+        back = await until(again, 4)
+        await again.disconnect()
+        return pushes[1:], frames, renders, back
+
+    pushes, frames, renders, back = asyncio.run(scenario())
+
+    # every other page got the three messages, in order, escaped
+    assert all(row_sequences(p) == ["1", "2", "3"] for p in pushes)
+    assert all(p == pushes[0] for p in pushes)
+    assert XSS not in pushes[0]
+    assert "&lt;script&gt;" in pushes[0]
+    # eight pages: one subscription and one receive, render and frame per push, not eight
+    assert calls["add"] == 2  # the eight pages, then the page that came back
+    push_events = [e for e in received if e.get("type", "").startswith("ledger.message")]
+    assert len(push_events) == 4
+    assert (frames, renders) == (3, 3)
+    assert row_sequences(back) == ["4"]
+
+
 def wire_of(sequence: int, text: str = "hello") -> dict[str, Any]:
     return MessageRecord(
         id=f"msg_{sequence:032x}",
@@ -118,6 +202,41 @@ def wire_of(sequence: int, text: str = "hello") -> dict[str, Any]:
         sender="worker",
         content={"text": text},
     ).to_wire()
+
+
+def test_a_push_to_a_page_not_accepted_yet_is_kept_for_after_its_accept() -> None:
+    """A page joins its cluster before it is accepted, as it joined the group before: a push in
+    between is written after the accept, not lost and not sent before it."""
+    hub = ClusterFanout(SharedRenders())
+    group = cluster_group("c-1")
+    connecting, open_page = ClusterTimelineConsumer(), ClusterTimelineConsumer()
+    connecting.backlog = []
+    sent: list[str] = []
+
+    async def send(text_data: str) -> None:
+        sent.append(text_data)
+
+    open_page.send = send
+
+    async def scenario() -> list[str]:
+        layer = get_channel_layer()
+        await hub.join(group, connecting)
+        await hub.join(group, open_page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        deadline = asyncio.get_running_loop().time() + 5
+        while not sent:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        await hub.leave(group, connecting)
+        await hub.leave(group, open_page)
+        return list(connecting.backlog or [])
+
+    kept = asyncio.run(scenario())
+
+    assert kept == sent
+    assert row_sequences(kept[0]) == ["1"]
+    assert hub.frames == 1
+    assert hub.subscribes == 1
 
 
 def test_sockets_asking_at_once_share_the_first_render() -> None:
