@@ -207,16 +207,9 @@ class LedgerCollector(Collector):
             "Age of the oldest queued task, by agent and pool.",
             labels=["agent", "pool"],
         )
-        # The pool is the cluster's ``pool`` label (runner pools, SPEC §7.4), else "default".
         queued = (
             Task.objects.filter(state=TaskState.QUEUED)
-            .annotate(
-                pool=Coalesce(
-                    KeyTextTransform("pool", "cluster__labels"),
-                    Value("default"),
-                    output_field=TextField(),
-                )
-            )
+            .annotate(pool=_cluster_pool())
             .values_list("agent_id", "pool")
             .annotate(n=Count("pk"), first=Min("created_at"))
             .order_by()
@@ -235,13 +228,7 @@ class LedgerCollector(Collector):
         )
         kept = (
             BufferedTrigger.objects.filter(dropped=False)
-            .annotate(
-                pool=Coalesce(
-                    KeyTextTransform("pool", "cluster__labels"),
-                    Value("default"),
-                    output_field=TextField(),
-                )
-            )
+            .annotate(pool=_cluster_pool())
             .values_list("agent_id", "pool")
             .annotate(n=Count("pk"))
             .order_by()
@@ -382,4 +369,11 @@ def _is_publish(request: HttpRequest) -> bool:
         request.method == "POST"
         and path.startswith("/api/v1/clusters/")
         and (path.endswith("/messages") or path.endswith("/messages/batch"))
+    )
+
+
+def _cluster_pool() -> Coalesce:
+    """The pool of a row's cluster: its ``pool`` label (runner pools, SPEC §7.4), else "default"."""
+    return Coalesce(
+        KeyTextTransform("pool", "cluster__labels"), Value("default"), output_field=TextField()
     )

@@ -226,25 +226,16 @@ def waterfall(
     for message in messages:
         if message.topic == Topic.TOKEN_USAGE:
             steps.append(_usage_step(message))
-        elif message.id in completion and message.topic == Topic.AGENT_SCHEMA_WARNING:
-            # The result broke the agent's schema and was used all the same (SPEC §7.5).
-            steps.append(
-                Step(
-                    kind="hook",
-                    label="Schema warning",
-                    start=message.timestamp,
-                    end=None,
-                    detail=f"{message.topic} #{message.sequence}",
-                )
-            )
         elif message.id in completion and message.topic not in (
             Topic.AGENT_LIFECYCLE,
             Topic.AGENT_ERROR,
         ):
+            # A schema warning: the result broke the agent's schema and was used (SPEC §7.5).
+            warned = message.topic == Topic.AGENT_SCHEMA_WARNING
             steps.append(
                 Step(
                     kind="hook",
-                    label="Hook published",
+                    label="Schema warning" if warned else "Hook published",
                     start=message.timestamp,
                     end=None,
                     detail=f"{message.topic} #{message.sequence}",
