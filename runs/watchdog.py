@@ -59,11 +59,12 @@ def conductor_watchdogs_fire(*, now: int, force: bool = False) -> list[str]:
 
 
 def _fire(cluster_id: str, *, completed_at: int, timeout_ms: int) -> bool:
+    # A conductor that did its job is the usual case: seen with one indexed read, never
+    # under the cluster's write lock, which is taken only to fail the cluster.
+    if _has_operations(cluster_id):
+        return False
     with ledger.cluster_transaction(cluster_id) as writer:
-        if writer.state != ClusterState.RUNNING:
-            return False
-        where = MessageFilter(topic=CLUSTER_OPERATIONS)
-        if ledger.message_query(cluster_id=cluster_id, where=where, limit=1):
+        if writer.state != ClusterState.RUNNING or _has_operations(cluster_id):
             return False
         writer.append(
             [
@@ -87,3 +88,8 @@ def _fire(cluster_id: str, *, completed_at: int, timeout_ms: int) -> bool:
         )
         tasks_cancel(cluster_id=cluster_id, reason="the conductor watchdog failed the cluster")
     return True
+
+
+def _has_operations(cluster_id: str) -> bool:
+    where = MessageFilter(topic=CLUSTER_OPERATIONS)
+    return bool(ledger.message_query(cluster_id=cluster_id, where=where, limit=1))
