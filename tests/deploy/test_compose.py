@@ -243,7 +243,12 @@ def test_three_servers_and_two_runners_finish_a_cluster_while_a_server_is_killed
     # every server took connections before the kill; after it, the others took them all
     assert all(served_before.get(ports[n], 0) > 0 for n in names), served_before
     assert proxy.served[ports[killed]] == served_before[ports[killed]]
-    assert proxy.refused[ports[killed]] > 0  # connections meant for it went to the next one
+    # runners keep their connections open, so whether one of theirs fell on the dead server's
+    # turn is chance: as many fresh connections as there are servers reach it once for sure,
+    # and each is answered by the next one (nginx's proxy_next_upstream)
+    for _ in names:
+        assert httpx.get(f"{proxy.url}/healthz", timeout=10).status_code == 200
+    assert proxy.refused[ports[killed]] > 0
     assert sum(proxy.served.values()) > sum(served_before.values())
 
     # and no task was lost or run twice: one task per triggering message and agent, each
