@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.template.loader import render_to_string
 
-from dashboard.presentation.timeline import timeline_rows
+from dashboard.presentation.timeline import rows_html
 from ledger.interfaces import MessageRecord
 from snapshots.state import SNAPSHOT_TOPIC
 
@@ -20,9 +20,7 @@ PAGE = "dashboard/cluster_detail.html"
 
 def timeline_rows_html(messages: Sequence[MessageRecord]) -> str:
     """Rows (newest first) wrapped as one out-of-band insert at the top of the timeline."""
-    rows = render_to_string(
-        f"{PAGE}#timeline-rows", {"rows": timeline_rows((m, None) for m in messages)}
-    )
+    rows = rows_html((m, None) for m in messages)
     return f'<ol hx-swap-oob="afterbegin:#timeline-rows">{rows}</ol>'
 
 

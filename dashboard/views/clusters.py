@@ -25,7 +25,7 @@ from dashboard.forms import ClusterListForm, LaunchForm, TimelineForm
 from dashboard.fragments import count_html, snapshot_html, timeline_rows_html
 from dashboard.http import HtmxHttpRequest, render_page_or_region
 from dashboard.presentation.labels import TOPIC_TONES
-from dashboard.presentation.timeline import timeline_rows
+from dashboard.presentation.timeline import rows_html
 from dashboard.sizes import cluster_sizes
 from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
 from ledger import interfaces as ledger
@@ -165,7 +165,7 @@ def _timeline_context(
     query = _filter_query(values)
     return {
         "cluster": cluster,
-        "rows": timeline_rows(timeline.rows),
+        "rows": rows_html(timeline.rows),
         "filters": values,
         "filtered": bool(query),
         "searching": bool(values["q"]),

@@ -36,7 +36,7 @@ def operator_client() -> Client:
 
 @pytest.fixture
 def template_renders(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How often each template (``page#partial``) was rendered for a fragment."""
+    """How often each template (``page#partial``) or the rows were rendered for a fragment."""
     renders: Counter[str] = Counter()
     render = dashboard.fragments.render_to_string
 
@@ -44,7 +44,14 @@ def template_renders(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         renders[name.partition("#")[2]] += 1
         return render(name, *args, **kwargs)
 
+    rows = dashboard.fragments.rows_html
+
+    def counting_rows(*args: Any, **kwargs: Any) -> str:
+        renders["timeline-rows"] += 1
+        return rows(*args, **kwargs)
+
     monkeypatch.setattr(dashboard.fragments, "render_to_string", counting)
+    monkeypatch.setattr(dashboard.fragments, "rows_html", counting_rows)
     return renders
 
 
