@@ -18,13 +18,14 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
 
 from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import (
     JSON,
+    GroupFanout,
     MessageRecord,
     cluster_group,
+    pushed_messages,
     websocket_refusal,
     websocket_refuse,
 )
@@ -96,107 +97,27 @@ class SharedRenders:
 shared_renders = SharedRenders()
 
 
-class _Subscription:
-    """One cluster's group on one event loop: its channel, its reader and its local pages."""
-
-    def __init__(self) -> None:
-        self.pages: list[ClusterTimelineConsumer] = []
-        self.channel = ""
-        self.started: asyncio.Task[None] | None = None
-        self.reader: asyncio.Task[None] | None = None
-
-
-class ClusterFanout:
+class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
     """One channel-layer subscription per cluster per process, its pushes written to each page.
 
-    The first page of a cluster to connect subscribes a channel of the process to the cluster's
-    group and starts one task that receives from it; the last one to leave unsubscribes it.
-    Each received push is rendered once (``SharedRenders``) and its frame built once per
-    distinct choice of rows the pages' filters make (one, when the pages show the same rows),
-    then written to every page in the order the pushes came. Subscriptions belong to the event
-    loop of their pages (one per server process; a test's own).
+    The subscription is ``GroupFanout``'s (the first page of a cluster subscribes the process,
+    the last one unsubscribes it). Each received push is rendered once (``SharedRenders``) and
+    its frame built once per distinct choice of rows the pages' filters make (one, when the
+    pages show the same rows), then written to every page in the order the pushes came.
     """
 
     def __init__(self, renders: SharedRenders) -> None:
+        super().__init__()
         self.renders = renders
-        self.subscribes = 0  # group subscriptions made, for the tests and a debugger
         self.frames = 0  # frames built
-        self._subscriptions: dict[tuple[asyncio.AbstractEventLoop, str], _Subscription] = {}
 
-    async def join(self, group: str, page: ClusterTimelineConsumer) -> None:
-        """Add ``page`` to ``group``'s pages, subscribing the process first if it is the first."""
-        loop = asyncio.get_running_loop()
-        key = (loop, group)
-        subscription = self._subscriptions.get(key)
-        if subscription is None:
-            # Subscriptions of loops that are gone (a test's) have no page to write to any more.
-            self._subscriptions = {
-                k: s for k, s in self._subscriptions.items() if not k[0].is_closed()
-            }
-            subscription = self._subscriptions[key] = _Subscription()
-            subscription.started = loop.create_task(self._subscribe(group, subscription))
-        subscription.pages.append(page)
-        assert subscription.started is not None
-        try:
-            # Shielded: a page that closes meanwhile must not cancel the others' subscription.
-            await asyncio.shield(subscription.started)
-        except BaseException:
-            await self.leave(group, page)
-            raise
-
-    async def leave(self, group: str, page: ClusterTimelineConsumer) -> None:
-        """Take ``page`` out; the last page of a cluster unsubscribes the process from it."""
-        key = (asyncio.get_running_loop(), group)
-        subscription = self._subscriptions.get(key)
-        if subscription is None or page not in subscription.pages:
-            return
-        subscription.pages.remove(page)
-        if subscription.pages:
-            return
-        del self._subscriptions[key]
-        if subscription.reader is not None:
-            subscription.reader.cancel()
-        started = subscription.started
-        if (
-            started is not None
-            and started.done()
-            and not started.cancelled()
-            and started.exception() is None
-        ):
-            layer = get_channel_layer()
-            if layer is not None:
-                await layer.group_discard(group, subscription.channel)
-
-    async def _subscribe(self, group: str, subscription: _Subscription) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        self.subscribes += 1
-        subscription.channel = await layer.new_channel()
-        await layer.group_add(group, subscription.channel)
-        subscription.reader = asyncio.get_running_loop().create_task(
-            self._read(layer, subscription)
-        )
-
-    async def _read(self, layer: Any, subscription: _Subscription) -> None:
-        while True:
-            event = await layer.receive(subscription.channel)
-            try:
-                await self._deliver(subscription, event)
-            except Exception:
-                # Live pushes are hints (SPEC §1.4): a page catches up when it reconnects.
-                logger.exception("live push to the cluster pages failed")
-
-    async def _deliver(self, subscription: _Subscription, event: dict[str, Any]) -> None:
-        if event.get("type") == "ledger.message":
-            wires = [event["message"]]
-        elif event.get("type") == "ledger.messages":
-            wires = list(event["messages"])
-        else:
+    async def deliver(self, members: list[ClusterTimelineConsumer], event: dict[str, Any]) -> None:
+        wires = pushed_messages(event)
+        if not wires:
             return
         rendered = [await self.renders.fragments(wire) for wire in wires]
         frames: dict[tuple[bool, ...], str] = {}
-        for page in list(subscription.pages):
+        for page in members:
             wanted = tuple(page.wanted(wire) for wire in wires)
             frame = frames.get(wanted)
             if frame is None:

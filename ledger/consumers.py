@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from ledger.fanout import message_fanout, message_frame
 from ledger.keys import ApiKeyIdentity, api_key_authenticate
 from ledger.push import cluster_group
 from ledger.selectors import cluster_exists, message_tail
 from ledger.validation import INT64_MAX
+
+logger = logging.getLogger(__name__)
 
 # Close codes in the application range (4000-4999) so that clients can tell why.
 CLOSE_UNAUTHORIZED = 4401
@@ -85,14 +89,19 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     A client that reconnects with ``?after=<last sequence it has>`` first gets every message
     it missed, read from the ledger, then the live ones: each message once, in sequence order
-    (SPEC §1.4: a dropped push costs nothing).
+    (SPEC §1.4: a dropped push costs nothing). The sockets of a cluster on one process share
+    one channel-layer subscription and each message's frame (``ledger.fanout``).
     """
 
+    # No channel of its own: the cluster's sockets share one (``MessageFanout``).
+    channel_layer_alias = "ledger.fanout-only"
     group: str | None = None
     # The highest sequence sent from the ledger on reconnection: a live push at or below it was
     # sent already. Live pushes above it go out as they come (with several servers, pushes of
     # different servers may arrive out of sequence; the ``data.sequence`` tells).
     resynced_up_to: int = 0
+    # Pushes that came before the socket was accepted and caught up, written right after.
+    backlog: list[tuple[int, str]] | None = None
 
     async def connect(self) -> None:
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
@@ -102,12 +111,18 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         # Join before reading the backlog: a message committed in between is then both read
         # and pushed, and the push is skipped, instead of being neither.
-        self.group = cluster_group(cluster_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        group = cluster_group(cluster_id)
+        self.backlog = []
+        await message_fanout.join(group, self)
+        self.group = group
         await self.accept()
         after = resume_after(self.scope)
         if after is not None:
             await self._resync(cluster_id, after)
+        while self.backlog:
+            sequence, frame = self.backlog.pop(0)
+            await self._send_live(sequence, frame)
+        self.backlog = None
 
     async def _resync(self, cluster_id: str, after: int) -> None:
         self.resynced_up_to = after
@@ -116,7 +131,7 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 cluster_id=cluster_id, after=self.resynced_up_to, limit=RESYNC_PAGE
             )
             for record in page:
-                await self.send_json({"type": "message", "data": record.to_wire()})
+                await self.send(text_data=message_frame(record.to_wire()))
             if page:
                 self.resynced_up_to = page[-1].sequence
             if len(page) < RESYNC_PAGE:
@@ -124,15 +139,20 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await message_fanout.leave(self.group, self)
 
-    async def ledger_message(self, event: dict[str, Any]) -> None:
-        wire = event["message"]
-        if int(wire.get("sequence", 0)) <= self.resynced_up_to:
+    async def write(self, sequence: int, frame: str) -> None:
+        """One pushed message's frame, kept for later while the socket connects and catches up."""
+        if self.backlog is not None:
+            self.backlog.append((sequence, frame))
             return
-        await self.send_json({"type": "message", "data": wire})
+        await self._send_live(sequence, frame)
 
-    async def ledger_messages(self, event: dict[str, Any]) -> None:
-        """A coalesced push (``ledger/push.py``): the same frames, one per message."""
-        for wire in event["messages"]:
-            await self.ledger_message({"message": wire})
+    async def _send_live(self, sequence: int, frame: str) -> None:
+        if sequence <= self.resynced_up_to:
+            return
+        try:
+            await self.send(text_data=frame)
+        except Exception:
+            # A socket that went away meanwhile; the others still get the frame.
+            logger.debug("push to a closed cluster stream", exc_info=True)

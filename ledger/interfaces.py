@@ -14,6 +14,7 @@ from ledger.admin_time import admin_time, admin_time_column
 from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
+from ledger.fanout import GroupFanout, pushed_messages
 from ledger.filters import MessageFilter
 from ledger.fleet import (
     ClusterGlance,
@@ -122,6 +123,7 @@ __all__ = [
     "Conflict",
     "ErrorOut",
     "Forbidden",
+    "GroupFanout",
     "ImportedMessage",
     "InvalidInput",
     "JsonValueError",
@@ -184,6 +186,7 @@ __all__ = [
     "pipeline",
     "pipeline_lag",
     "pipeline_lags",
+    "pushed_messages",
     "pusher",
     "replay_allowed",
     "require_cluster",

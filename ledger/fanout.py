@@ -1,0 +1,164 @@
+"""One channel-layer subscription per cluster per process, its pushes handed to the local sockets.
+
+A socket that takes a channel of its own in its cluster's group costs, per push, one copy of
+the event on the channel layer, one receive and one frame built per socket. Instead the sockets
+of one cluster on one process share a subscription (``GroupFanout``): the first to join
+subscribes a channel of the process to the group and starts one task that receives from it;
+the last to leave unsubscribes it. Each event is received once, and the subclass's ``deliver``
+builds its frames once and writes them to every member, in the order the events came
+(docs/decisions/0160-push-fanout.md, 0181-agent-push-fanout.md).
+
+Subscriptions are keyed by event loop: one per server process, a test's own per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Generic, Protocol, TypeVar
+
+from channels.layers import get_channel_layer
+
+from ledger.push import MANY_EVENT_TYPE, ONE_EVENT_TYPE
+from ledger.records import JSON
+
+logger = logging.getLogger(__name__)
+
+Member = TypeVar("Member")
+
+
+class _Subscription(Generic[Member]):
+    """One group on one event loop: its channel, its reader and its local members."""
+
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.channel = ""
+        self.started: asyncio.Task[None] | None = None
+        self.reader: asyncio.Task[None] | None = None
+
+
+def pushed_messages(event: dict[str, Any]) -> list[dict[str, JSON]]:
+    """The wire shapes of the messages a push event carries, in order (none for other events)."""
+    if event.get("type") == ONE_EVENT_TYPE:
+        return [event["message"]]
+    if event.get("type") == MANY_EVENT_TYPE:
+        return list(event["messages"])
+    return []
+
+
+class GroupFanout(Generic[Member]):
+    """One channel-layer subscription per group per event loop, each event delivered to its
+    members by ``deliver`` (a subclass builds its frames there, once for all of them)."""
+
+    def __init__(self) -> None:
+        self.subscribes = 0  # group subscriptions made, for the tests and a debugger
+        self._subscriptions: dict[tuple[asyncio.AbstractEventLoop, str], _Subscription[Member]]
+        self._subscriptions = {}
+
+    async def join(self, group: str, member: Member) -> None:
+        """Add ``member`` to ``group``'s, subscribing the process first if it is the first.
+
+        Returns once the subscription is made: what the group receives from then on reaches
+        ``member`` (which must keep what comes before it can send, see ``PushedFrames``).
+        """
+        loop = asyncio.get_running_loop()
+        key = (loop, group)
+        subscription = self._subscriptions.get(key)
+        if subscription is None:
+            # Subscriptions of loops that are gone (a test's) have no member to write to any more.
+            self._subscriptions = {
+                k: s for k, s in self._subscriptions.items() if not k[0].is_closed()
+            }
+            subscription = self._subscriptions[key] = _Subscription()
+            subscription.started = loop.create_task(self._subscribe(group, subscription))
+        subscription.members.append(member)
+        assert subscription.started is not None
+        try:
+            # Shielded: a member that closes meanwhile must not cancel the others' subscription.
+            await asyncio.shield(subscription.started)
+        except BaseException:
+            await self.leave(group, member)
+            raise
+
+    async def leave(self, group: str, member: Member) -> None:
+        """Take ``member`` out; the last member of a group unsubscribes the process from it."""
+        key = (asyncio.get_running_loop(), group)
+        subscription = self._subscriptions.get(key)
+        if subscription is None or member not in subscription.members:
+            return
+        subscription.members.remove(member)
+        if subscription.members:
+            return
+        del self._subscriptions[key]
+        if subscription.reader is not None:
+            subscription.reader.cancel()
+        started = subscription.started
+        if (
+            started is not None
+            and started.done()
+            and not started.cancelled()
+            and started.exception() is None
+        ):
+            layer = get_channel_layer()
+            if layer is not None:
+                await layer.group_discard(group, subscription.channel)
+
+    def members(self, group: str) -> list[Member]:
+        """The members of ``group`` on the running event loop (for the tests and a debugger)."""
+        subscription = self._subscriptions.get((asyncio.get_running_loop(), group))
+        return list(subscription.members) if subscription is not None else []
+
+    async def deliver(self, members: list[Member], event: dict[str, Any]) -> None:
+        """Write what ``event`` means to each of ``members``."""
+        raise NotImplementedError
+
+    async def _subscribe(self, group: str, subscription: _Subscription[Member]) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        self.subscribes += 1
+        subscription.channel = await layer.new_channel()
+        await layer.group_add(group, subscription.channel)
+        subscription.reader = asyncio.get_running_loop().create_task(
+            self._read(layer, subscription)
+        )
+
+    async def _read(self, layer: Any, subscription: _Subscription[Member]) -> None:
+        while True:
+            event = await layer.receive(subscription.channel)
+            try:
+                await self.deliver(list(subscription.members), event)
+            except Exception:
+                # Live pushes are hints (SPEC §1.4): a socket catches up when it reconnects.
+                logger.exception("live push to the sockets of a cluster failed")
+
+
+class FrameSink(Protocol):
+    """A socket that the agents' fan-out writes to (``ledger.consumers``)."""
+
+    async def write(self, sequence: int, frame: str) -> None: ...
+
+
+def message_frame(wire: dict[str, JSON]) -> str:
+    """The agents' websocket frame of one message (SPEC §6.3), as ``send_json`` wrote it."""
+    return json.dumps({"type": "message", "data": wire})
+
+
+class MessageFanout(GroupFanout[FrameSink]):
+    """The agents' streams: each pushed message's frame built once, written to every socket."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames = 0  # frames built, for the tests and a debugger
+
+    async def deliver(self, members: list[FrameSink], event: dict[str, Any]) -> None:
+        for wire in pushed_messages(event):
+            self.frames += 1
+            frame = message_frame(wire)
+            sequence = int(str(wire.get("sequence", 0)))
+            for member in members:
+                await member.write(sequence, frame)
+
+
+message_fanout = MessageFanout()
