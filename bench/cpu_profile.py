@@ -18,9 +18,9 @@ loaded machine where throughput does not. Throughput is shown beside it.
 Paths: ``publish`` (8 keep-alive clients, single messages), ``batch`` (8 clients, 100 messages a
 request), ``claim`` and ``complete`` (8 workers on a running cluster of 16 agents whose tasks
 were queued by trigger messages; each claim records its context build, each completion runs its
-hook and publishes its batch), ``page`` (the cluster page, 100 rows, signed in), ``push``
-(``--sockets`` cluster pages listening while one agent publishes: the extra server CPU over the
-same publishes with no page open, per message and per socket).
+hook and publishes its batch), ``page`` (the cluster page of a cluster of 150 messages: 100
+rows, signed in), ``push`` (``--sockets`` cluster pages listening while one agent publishes:
+the extra server CPU over the same publishes with no page open, per message and per socket).
 
 Then, unless ``--no-profile``, each path runs again against a server started under
 ``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
@@ -64,6 +64,19 @@ for start in range(0, {tasks}, 100):
     ns = range(start, min(start + 100, {tasks}))
     drafts = [MessageDraft(topic=f"T{{n % {agents}}}", sender="bench") for n in ns]
     message_publish_batch(cluster_id="{cluster}", drafts=drafts)
+"""
+
+# The page's cluster holds more than a page of messages whatever paths run: the page shows 100.
+PAGE_MESSAGES = 150
+PAGE_SETUP = """
+import random, sys
+sys.path.insert(0, "bench")
+import perf_http as ph
+from ledger.interfaces import MessageDraft, message_publish_batch
+rng = random.Random(7)
+topics = ["AGENT_OUTPUT", "WORKER_PROGRESS"]
+bodies = [ph.message_body(rng, rng.choice(topics)) for _ in range({messages})]
+message_publish_batch(cluster_id="{cluster}", drafts=[MessageDraft(**b) for b in bodies])
 """
 
 
@@ -299,7 +312,7 @@ def page_load(server: BenchServer, requests: int) -> Callable[[], int]:
         headers = {"Cookie": server.cookie}
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             for _ in range(requests):
-                answer = client.get("/clusters/c-pub/")
+                answer = client.get("/clusters/c-page/")
                 answer.raise_for_status()
                 if b"<html" not in answer.content[:400].lower():
                     raise RuntimeError("the cluster page did not render")
@@ -346,15 +359,19 @@ def push_figures(server: BenchServer, sockets: int, publishes: int, seed: int) -
 
 
 def prepare(server: BenchServer, tasks: int) -> None:
-    server.prepare(["c-pub", "c-push"])
-    setup = TASKS_SETUP.format(agents=AGENTS, cluster="tps", tasks=tasks)
-    subprocess.run(
-        [sys.executable, str(server.root / "manage.py"), "shell", "-c", setup],
-        env={**server.env, "ZEROSHOT_PIPELINE": "inline"},
-        cwd=server.root,
-        check=True,
-        capture_output=True,
+    server.prepare(["c-pub", "c-push", "c-page"])
+    setups = (
+        TASKS_SETUP.format(agents=AGENTS, cluster="tps", tasks=tasks),
+        PAGE_SETUP.format(cluster="c-page", messages=PAGE_MESSAGES),
     )
+    for setup in setups:
+        subprocess.run(
+            [sys.executable, str(server.root / "manage.py"), "shell", "-c", setup],
+            env={**server.env, "ZEROSHOT_PIPELINE": "inline"},
+            cwd=server.root,
+            check=True,
+            capture_output=True,
+        )
 
 
 def run_paths(
@@ -489,7 +506,9 @@ def bench_one(
                     figures = run_paths(server, [path], args, seed=100)
                 finally:
                     server.stop()
-                time.sleep(0.5)
+                deadline = time.monotonic() + 20  # merging the threads' profiles takes a while
+                while not server.profile_out.exists() and time.monotonic() < deadline:
+                    time.sleep(0.5)
                 if not server.profile_out.exists():
                     raise RuntimeError(f"no profile written:\n{server.log_tail()}")
                 top = top_costs(server.profile_out, args.top)
@@ -576,7 +595,8 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
         f"Loads: publish 8 clients x {args.publishes} single messages; "
         f"batch 8 x {args.batches} of 100; tasks: {args.tasks} tasks of {AGENTS} agents, "
         "8 workers claiming (without waiting) one task per agent, then completing them, "
-        f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in; push "
+        f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in (a cluster "
+        f"of {PAGE_MESSAGES} messages, the page shows 100); push "
         f"{args.push_messages} messages one after the other with {args.sockets} cluster pages "
         "open, minus the same with none, over the pages.",
         "",
