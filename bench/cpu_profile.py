@@ -52,8 +52,10 @@ import perf_http as ph  # a sibling script: the server subprocess, the loads, th
 
 ROOT = ph.ROOT
 RESULTS = ROOT / "bench" / "results"
-PATHS = ("publish", "batch", "tasks", "page", "push")
-ROWS = ("publish", "batch", "claim", "complete", "page", "push")
+PATHS = ("publish", "batch", "tasks", "page", "push", "agents")
+ROWS = ("publish", "batch", "claim", "complete", "page", "push", "agents")
+# What listens in the push paths: the cluster pages, or the agents' streams of the messages.
+LISTENERS = {"push": "pages", "agents": "agent streams"}
 AGENTS = 64  # an agent holds one task at a time: 64 claims, then 64 completions
 TASKS_SETUP = """
 from ledger.interfaces import MessageDraft, cluster_create, message_publish_batch
@@ -321,8 +323,11 @@ def page_load(server: BenchServer, requests: int) -> Callable[[], int]:
     return run
 
 
-def push_figures(server: BenchServer, sockets: int, publishes: int, seed: int) -> dict[str, Any]:
-    """Server CPU per published message with ``sockets`` pages open and with none."""
+def push_figures(
+    server: BenchServer, sockets: int, publishes: int, seed: int, *, agents: bool = False
+) -> dict[str, Any]:
+    """Server CPU per published message with ``sockets`` pages (or, with ``agents``, agents'
+    streams) open and with none."""
     rows: dict[str, Any] = {}
     for open_pages in (0, sockets):
         box: dict[str, Any] = {}
@@ -335,6 +340,7 @@ def push_figures(server: BenchServer, sockets: int, publishes: int, seed: int) -
                     sockets=open_pages,
                     publishes=publishes,
                     seed=2 * seed + (1 if open_pages else 0),  # markers of six digits
+                    agents=agents,
                 )
             )
             return publishes + 3  # the warm-up publishes are inside the CPU window
@@ -395,8 +401,10 @@ def run_paths(
             out["task_cycle_s"] = cycle["cycle"]["req_s"]
         elif path == "page":
             out[path] = measured(server, page_load(server, args.pages))
-        elif path == "push":
-            out[path] = push_figures(server, args.sockets, args.push_messages, seed)
+        elif path in LISTENERS:
+            out[path] = push_figures(
+                server, args.sockets, args.push_messages, seed, agents=path == "agents"
+            )
     return out
 
 
@@ -521,8 +529,8 @@ def bench_one(
 def summary(figures: dict[str, Any]) -> str:
     parts = []
     for path, row in figures.items():
-        if path == "push":
-            parts.append(f"push {row['cpu_ms_per_socket_per_message']:.3f} ms/socket/msg")
+        if path in LISTENERS:
+            parts.append(f"{path} {row['cpu_ms_per_socket_per_message']:.3f} ms/socket/msg")
         elif isinstance(row, dict) and "cpu_ms" in row:
             parts.append(f"{path} {row['cpu_ms']:.2f} ms")
     return ", ".join(parts)
@@ -553,17 +561,18 @@ def table(results: dict[str, Any]) -> list[str]:
             rows = [r[path] for r in rounds if path in r]
             if not rows:
                 continue
-            if path == "push":
+            if path in LISTENERS:
                 cpu = fmt([r["cpu_ms_per_socket_per_message"] for r in rows], 3)
-                thr = fmt([r["msg_s_ratio"] for r in rows], 2) + "x of no pages"
+                thr = fmt([r["msg_s_ratio"] for r in rows], 2) + "x of none open"
                 note = (
-                    f"{rows[0]['sockets']} pages; per message "
+                    f"{rows[0]['sockets']} {LISTENERS[path]}; per message "
                     f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
                     f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
                     f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms; "
                     f"delivered {fmt([r['delivered'] for r in rows])}"
                 )
-                row = f"| {kind} | {db} | push, per socket per message | {cpu} | {thr} | {note} |"
+                what = f"{path}, per socket per message"
+                row = f"| {kind} | {db} | {what} | {cpu} | {thr} | {note} |"
                 lines.append(row)
                 continue
             cpu = fmt([r["cpu_ms"] for r in rows])
@@ -598,7 +607,8 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
         f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in (a cluster "
         f"of {PAGE_MESSAGES} messages, the page shows 100); push "
         f"{args.push_messages} messages one after the other with {args.sockets} cluster pages "
-        "open, minus the same with none, over the pages.",
+        "open, minus the same with none, over the pages; agents: the same with as many agents' "
+        "streams (`/ws/clusters/<id>/`) instead of pages.",
         "",
         *table(results),
         "",

@@ -338,12 +338,14 @@ class Socket:
 
 
 class Listeners:
-    """``count`` cluster pages listening in a thread of their own, noting when each marker
-    arrives on each socket."""
+    """``count`` cluster pages (or, with ``agents``, agents' streams of the cluster's messages)
+    listening in a thread of their own, noting when each marker arrives on each socket."""
 
-    def __init__(self, server: Server, cluster_id: str, count: int) -> None:
+    def __init__(
+        self, server: Server, cluster_id: str, count: int, *, agents: bool = False
+    ) -> None:
         self.server = server
-        self.path = f"/ws/clusters/{cluster_id}/timeline/"
+        self.path = f"/ws/clusters/{cluster_id}/" + ("" if agents else "timeline/")
         self.count = count
         self.received: dict[int, list[float]] = {}
         self.lock = threading.Lock()
@@ -404,9 +406,16 @@ class Listeners:
 
 
 def websocket_publish(
-    server: Server, cluster_id: str, *, sockets: int, publishes: int, seed: int
+    server: Server,
+    cluster_id: str,
+    *,
+    sockets: int,
+    publishes: int,
+    seed: int,
+    agents: bool = False,
 ) -> dict[str, Any]:
-    """One agent publishing one message at a time while ``sockets`` pages listen."""
+    """One agent publishing one message at a time while ``sockets`` pages (or, with ``agents``,
+    agents' streams) listen."""
     rng = random.Random(seed)
     headers = {"Authorization": f"Bearer {server.key}"}
     path = f"/api/v1/clusters/{cluster_id}/messages"
@@ -438,7 +447,7 @@ def websocket_publish(
     push: list[float] = []
     delivered = 0
     if sockets:
-        with Listeners(server, cluster_id, sockets) as listeners:
+        with Listeners(server, cluster_id, sockets, agents=agents) as listeners:
             wall = run(listeners)
             time.sleep(0.2)
             for marker, started in sent.items():
