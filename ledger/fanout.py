@@ -60,7 +60,7 @@ class GroupFanout(Generic[Member]):
         """Add ``member`` to ``group``'s, subscribing the process first if it is the first.
 
         Returns once the subscription is made: what the group receives from then on reaches
-        ``member`` (which must keep what comes before it can send, see ``PushedFrames``).
+        ``member``, which keeps what comes before it can send (a socket not accepted yet).
         """
         loop = asyncio.get_running_loop()
         key = (loop, group)
