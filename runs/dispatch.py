@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from context.agents import AgentConfigError, AgentSpec, Trigger, config_agents
-from context.completion import config_with_completion
+from context.agents import AgentConfigError, AgentSpec, Trigger
+from context.completion import running_agents
 from ledger import interfaces as ledger
 from ledger.interfaces import (
     ENDING_TOPICS,
@@ -177,7 +177,7 @@ class Dispatcher:
         config, version = batch.cluster.config, batch.cluster.config_version
         try:
             # zeroshot's completion-detector joins a config without a completion handler.
-            agents = config_agents(config_with_completion(config))
+            agents = running_agents(config)
         except AgentConfigError as error:
             # Only a config stored before configs were parsed at creation can get here.
             return _config_refused(writes, error) if running else None
@@ -214,7 +214,7 @@ class Dispatcher:
                     message, config=config, template=batch.cluster.template, version=version
                 )
                 if outcome is not None and outcome.config is not None:
-                    changed = config_agents(config_with_completion(outcome.config))
+                    changed = running_agents(outcome.config)
                     writes.steps.append(ConfigChange(outcome.config, message, outcome.diff))
                     # Agents that join trigger on what comes after this message only.
                     config, agents = outcome.config, changed

@@ -7,6 +7,8 @@ pure core in this package.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -92,9 +94,16 @@ def agent_spec_get(*, cluster: ClusterRecord, agent_id: str) -> AgentSpec:
     config has no such agent, ``InvalidInput`` when its config cannot be read."""
     raw = agent_config_get(cluster=cluster, agent_id=agent_id)
     try:
-        return agent_parse(raw, where=f"agent {agent_id!r}")
+        return _agent_parsed(json.dumps(raw, separators=(",", ":")), agent_id)
     except AgentConfigError as error:
         raise InvalidInput(error.message, details={"field": error.field}) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _agent_parsed(text: str, agent_id: str) -> AgentSpec:
+    """An agent's config parsed, kept per config text: a claim, its completion and every lease
+    check ask for the same agent of a config that rarely changes (pure work)."""
+    return agent_parse(json.loads(text), where=f"agent {agent_id!r}")
 
 
 def agent_config_get(*, cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
