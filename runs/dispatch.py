@@ -194,6 +194,8 @@ class Dispatcher:
                 writes.ends = True
             if not running or not offered(message):
                 continue
+            if not _concerns(message, agents):
+                continue  # no trigger of any agent, no task's end, no operations: no turn
             if offering is None:
                 # Read once per batch, and only when a message is offered.
                 offering = _Offering(
@@ -318,6 +320,15 @@ def offered(message: MessageRecord) -> bool:
     )
 
 
+def _concerns(message: MessageRecord, agents: tuple[AgentSpec, ...]) -> bool:
+    """Whether the trigger stage has anything to do with a message: an agent's trigger matches
+    it, it may end a task (``_settle``), or it is ``CLUSTER_OPERATIONS``. A message that does
+    none of these (a ``TASK_STARTED``, an agent's output) needs no agent's turn read."""
+    if message.topic == operations.CLUSTER_OPERATIONS or _may_end_task(message):
+        return True
+    return any(_trigger_for(agent, message.topic) is not None for agent in agents)
+
+
 def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:
     """The agent's first trigger whose topic matches: the one that decides (SPEC §7.1)."""
     return next((t for t in agent.triggers if t.matches(topic)), None)
@@ -326,17 +337,24 @@ def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:
 def _settle(message: MessageRecord, offering: _Offering) -> set[str]:
     """The agents whose task this message ends (its ``TASK_COMPLETED`` or final
     ``AGENT_ERROR``, sent by the agent with the task's id): idle from it on."""
-    data = message.data
-    if not isinstance(data, Mapping) or not isinstance(data.get("taskId"), str):
+    if not _may_end_task(message):
         return set()
-    ends = message.topic == lifecycle.AGENT_ERROR or (
-        message.topic == lifecycle.LIFECYCLE and data.get("event") == "TASK_COMPLETED"
-    )
-    task_id = str(data["taskId"])
-    if not ends or not offering.turns.settle(message.sender, task_id):
+    task_id = str(message.data["taskId"])
+    if not offering.turns.settle(message.sender, task_id):
         return set()
     offering.writes.buffers.settled[task_id] = message.sequence
     return set() if offering.turns.busy(message.sender) else {message.sender}
+
+
+def _may_end_task(message: MessageRecord) -> bool:
+    """A ``TASK_COMPLETED`` or an ``AGENT_ERROR`` that names a task (``_settle`` checks that it
+    is one of its sender's open tasks)."""
+    data = message.data
+    if not isinstance(data, Mapping) or not isinstance(data.get("taskId"), str):
+        return False
+    return message.topic == lifecycle.AGENT_ERROR or (
+        message.topic == lifecycle.LIFECYCLE and data.get("event") == "TASK_COMPLETED"
+    )
 
 
 def _buffered_message(entry: Buffered, offering: _Offering) -> MessageRecord | None:

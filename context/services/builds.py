@@ -195,6 +195,7 @@ def context_build(
     preview: bool = False,
     record_with: RecordHook | None = None,
     guidance_on_completion: bool = False,
+    cluster: ClusterRecord | None = None,
 ) -> BuildOutcome:
     """Assemble an agent's prompt from the ledger (SPEC §2-3); record it unless a preview.
 
@@ -205,7 +206,8 @@ def context_build(
     The prompt carries the agent's queued guidance (SPEC §7.8). A recorded build delivers it
     at once, unless ``guidance_on_completion``: a task's build delivers it when the task
     completes (``build_guidance_delivered``), so a prompt that never reached its agent, or whose
-    task failed, leaves it queued for the next one.
+    task failed, leaves it queued for the next one. ``cluster``: the cluster's record as the
+    caller just read it (a claim), not read again.
     """
     started_ns = time.time_ns()
     _check_numbers(
@@ -219,7 +221,8 @@ def context_build(
         raise InvalidInput(
             f"agent_id must be 1-{AGENT_ID_MAX} characters", details={"field": "agent_id"}
         )
-    cluster = ledger.cluster_get(cluster_id=cluster_id)
+    if cluster is None or cluster.id != cluster_id:
+        cluster = ledger.cluster_get(cluster_id=cluster_id)
     config = agent_config_resolve(cluster=cluster, agent_id=agent_id, inline=agent)
     parsed = _strategy(config, override=strategy, agent_id=agent_id)
     as_of = as_of_filter(cluster_id=cluster_id, sequence=as_of_sequence, timestamp=as_of_timestamp)
