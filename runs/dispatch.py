@@ -185,6 +185,13 @@ class Dispatcher:
         view = self._view(batch)
         live = {m.sequence for m in batch.live}
         offering: _Offering | None = None
+        matched: dict[str, bool] = {}  # topic -> _concerns, for the agents of the moment
+
+        def concerns(message: MessageRecord) -> bool:
+            if message.topic not in matched:
+                matched[message.topic] = _concerns(message.topic, agents)
+            return matched[message.topic] or _may_end_task(message)
+
         for message in batch.messages:
             view.append(message.to_wire())
             if message.sequence not in live:
@@ -194,7 +201,7 @@ class Dispatcher:
                 writes.ends = True
             if not running or not offered(message):
                 continue
-            if not _concerns(message, agents):
+            if not concerns(message):
                 continue  # no trigger of any agent, no task's end, no operations: no turn
             if offering is None:
                 # Read once per batch, and only when a message is offered.
@@ -220,6 +227,7 @@ class Dispatcher:
                     writes.steps.append(ConfigChange(outcome.config, message, outcome.diff))
                     # Agents that join trigger on what comes after this message only.
                     config, agents = outcome.config, changed
+                    matched.clear()
                     version += 1
                     info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
                     offering.info = info
@@ -320,13 +328,14 @@ def offered(message: MessageRecord) -> bool:
     )
 
 
-def _concerns(message: MessageRecord, agents: tuple[AgentSpec, ...]) -> bool:
-    """Whether the trigger stage has anything to do with a message: an agent's trigger matches
-    it, it may end a task (``_settle``), or it is ``CLUSTER_OPERATIONS``. A message that does
-    none of these (a ``TASK_STARTED``, an agent's output) needs no agent's turn read."""
-    if message.topic == operations.CLUSTER_OPERATIONS or _may_end_task(message):
+def _concerns(topic: str, agents: tuple[AgentSpec, ...]) -> bool:
+    """Whether the trigger stage has anything to do with messages of ``topic`` besides the end
+    of a task (``_may_end_task``): an agent's trigger matches it, or it is
+    ``CLUSTER_OPERATIONS``. A message of neither that ends no task (a ``TASK_STARTED``, an
+    agent's output) needs no agent's turn read."""
+    if topic == operations.CLUSTER_OPERATIONS:
         return True
-    return any(_trigger_for(agent, message.topic) is not None for agent in agents)
+    return any(_trigger_for(agent, topic) is not None for agent in agents)
 
 
 def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:

@@ -112,6 +112,11 @@ def task_by_id(task_id: str, *, lock: bool = False) -> Task | None:
 
 
 @cache
+def _task_fields(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
+    return tuple(_field(Task, name) for name in names)
+
+
+@cache
 def _task_update_sql(vendor: str, names: tuple[str, ...]) -> str:
     sets = ", ".join(f"{_col(Task, n)} = %s" for n in names)
     return f"UPDATE {_table(Task)} SET {sets} WHERE {_col(Task, 'id')} = %s"
@@ -121,10 +126,10 @@ def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
     """``task.save()`` (every column) or ``task.save(update_fields=fields)``: one UPDATE by
     primary key; a task not in the table yet is saved by the ORM, as ``save`` would."""
     names = tuple(fields) if fields is not None else _TASK_NAMES[1:]
-    params = []
-    for name in names:
-        field = _field(Task, name)
-        params.append(field.get_db_prep_save(getattr(task, field.attname), connection))
+    params = [
+        field.get_db_prep_save(getattr(task, field.attname), connection)
+        for field in _task_fields(names)
+    ]
     if not _count(_task_update_sql(connection.vendor, names), [*params, task.pk]):
         task.save(update_fields=fields)
 

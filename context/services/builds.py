@@ -34,7 +34,7 @@ from context.selection import (
     validator_skip_query,
 )
 from context.selectors import PreviousBuild, build_previous
-from context.services.recording import build_insert
+from context.services.recording import build_guidance_mark, build_insert
 from context.services.triggers import as_of_filter, trigger_choose, trigger_matches
 from context.signals import build_done
 from context.strategy import ContextStrategy, strategy_parse
@@ -488,6 +488,4 @@ def build_guidance_delivered(*, build_id: int) -> None:
     """The guidance a task's build carried has reached its agent: the task completed (zeroshot
     moves its cursor once the task's hook succeeded, ``agent-lifecycle.js``). Called inside the
     transaction that completes the task; one UPDATE, touching nothing when it carried none."""
-    ContextBuild.objects.filter(pk=build_id, guidance_through__isnull=False).update(
-        guidance_delivered=True
-    )
+    build_guidance_mark(build_id=build_id)
