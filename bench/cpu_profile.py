@@ -403,7 +403,9 @@ def run_paths(
 WAITS = ("acquire' of '_thread.lock", "get' of '_queue.SimpleQueue", "poll' of 'select.epoll")
 
 
-def top_costs(profile: Path, limit: int) -> dict[str, Any]:
+def top_costs(profile: Path, limit: int, root: Path = ROOT) -> dict[str, Any]:
+    """The top costs by own time, and the project's functions (of the tree served) by
+    cumulative time."""
     stats = pstats.Stats(str(profile), stream=io.StringIO())
     for key in list(stats.stats):  # type: ignore[attr-defined]
         if any(wait in key[2] for wait in WAITS):
@@ -413,7 +415,7 @@ def top_costs(profile: Path, limit: int) -> dict[str, Any]:
     for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append(
             {
-                "function": f"{short(filename)}:{line}({name})",
+                "function": f"{short(filename, root)}:{line}({name})",
                 "calls": calls,
                 "own_s": tottime,
                 "own_share": tottime / total if total else 0.0,
@@ -426,7 +428,7 @@ def top_costs(profile: Path, limit: int) -> dict[str, Any]:
     ours = [
         row
         for (filename, _line, name), row in zip(stats.stats, unsorted, strict=True)  # type: ignore[attr-defined]
-        if filename.startswith(str(ROOT))
+        if filename.startswith(str(root))
         and "/bench/" not in filename
         and "/.venv/" not in filename
         and not name.startswith(("_work", "_next", "_sweep"))  # the pipeline's waiting loops
@@ -435,8 +437,8 @@ def top_costs(profile: Path, limit: int) -> dict[str, Any]:
     return {"own": rows[:limit], "ours": ours[:limit], "total_s": total}
 
 
-def short(filename: str) -> str:
-    for marker in ("site-packages/", str(ROOT) + "/", "lib/python3.11/"):
+def short(filename: str, root: Path = ROOT) -> str:
+    for marker in ("site-packages/", str(root) + "/", "lib/python3.11/"):
         if marker in filename:
             return filename.split(marker, 1)[1]
     return filename
@@ -506,7 +508,7 @@ def bench_one(
                 time.sleep(0.5)
                 if not server.profile_out.exists():
                     raise RuntimeError(f"no profile written:\n{server.log_tail()}")
-                top = top_costs(server.profile_out, args.top)
+                top = top_costs(server.profile_out, args.top, root)
                 profiles[path] = {"figures": figures, "top": top}
     finally:
         drop_database(pg_url)
