@@ -152,6 +152,20 @@ class BenchServer(ph.Server):
                 time.sleep(0.1)
         raise RuntimeError(f"{self.kind} did not answer on {self.port}:\n{self.log_tail()}")
 
+    def stop(self) -> None:
+        """As ``perf_http.Server.stop``; a profiled server is given the time to merge and write
+        its profiles (a thread's each: many seconds on a loaded machine)."""
+        if self.process is None or self.profile_out is None:
+            super().stop()
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
     def cpu_seconds(self) -> float:
         """The server's CPU, its children's included (granian serves from a worker process)."""
         if self.process is None:
@@ -414,7 +428,9 @@ def run_paths(
 WAITS = ("acquire' of '_thread.lock", "get' of '_queue.SimpleQueue", "poll' of 'select.epoll")
 
 
-def top_costs(profile: Path, limit: int) -> dict[str, Any]:
+def top_costs(profile: Path, limit: int, root: Path = ROOT) -> dict[str, Any]:
+    """The top costs by own time, and the project's functions (of the tree served) by
+    cumulative time."""
     stats = pstats.Stats(str(profile), stream=io.StringIO())
     for key in list(stats.stats):  # type: ignore[attr-defined]
         if any(wait in key[2] for wait in WAITS):
@@ -424,7 +440,7 @@ def top_costs(profile: Path, limit: int) -> dict[str, Any]:
     for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append(
             {
-                "function": f"{short(filename)}:{line}({name})",
+                "function": f"{short(filename, root)}:{line}({name})",
                 "calls": calls,
                 "own_s": tottime,
                 "own_share": tottime / total if total else 0.0,
@@ -437,7 +453,7 @@ def top_costs(profile: Path, limit: int) -> dict[str, Any]:
     ours = [
         row
         for (filename, _line, name), row in zip(stats.stats, unsorted, strict=True)  # type: ignore[attr-defined]
-        if filename.startswith(str(ROOT))
+        if filename.startswith(str(root))
         and "/bench/" not in filename
         and "/.venv/" not in filename
         and not name.startswith(("_work", "_next", "_sweep"))  # the pipeline's waiting loops
@@ -446,8 +462,8 @@ def top_costs(profile: Path, limit: int) -> dict[str, Any]:
     return {"own": rows[:limit], "ours": ours[:limit], "total_s": total}
 
 
-def short(filename: str) -> str:
-    for marker in ("site-packages/", str(ROOT) + "/", "lib/python3.11/"):
+def short(filename: str, root: Path = ROOT) -> str:
+    for marker in ("site-packages/", str(root) + "/", "lib/python3.11/"):
         if marker in filename:
             return filename.split(marker, 1)[1]
     return filename
@@ -519,7 +535,7 @@ def bench_one(
                     time.sleep(0.5)
                 if not server.profile_out.exists():
                     raise RuntimeError(f"no profile written:\n{server.log_tail()}")
-                top = top_costs(server.profile_out, args.top)
+                top = top_costs(server.profile_out, args.top, root)
                 profiles[path] = {"figures": figures, "top": top}
     finally:
         drop_database(pg_url)

@@ -255,8 +255,9 @@ def prepare_database(args: argparse.Namespace, workdir: Path) -> tuple[str, str 
         return f"sqlite:///{workdir / 'crash.sqlite3'}", None
     import psycopg
 
-    name = f"crash_test_{os.getpid()}"
+    name = args.database_name or f"crash_test_{os.getpid()}"
     with psycopg.connect(args.postgres_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     base = args.postgres_url.rsplit("/", 1)[0]
     return f"{base}/{name}", name
@@ -276,6 +277,11 @@ def main() -> None:
         "--postgres-url",
         default="postgres://postgres@127.0.0.1:5432/postgres",
         help="a database to connect to while creating and dropping the test's own",
+    )
+    parser.add_argument(
+        "--database-name",
+        help="the PostgreSQL database the run creates afresh (dropped first) and drops at the "
+        "end; default crash_test_<pid>",
     )
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)

@@ -60,7 +60,25 @@ class SchemaIssue:
 
 
 def schema_problems(schema: JSON) -> list[str]:
-    """Why ``schema`` cannot be an agent's ``jsonSchema``; empty when it can."""
+    """Why ``schema`` cannot be an agent's ``jsonSchema``; empty when it can. The answer is kept
+    per schema text: every completion of an agent checks the same schema again."""
+    try:
+        text = json.dumps(schema, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return _schema_problems(schema)
+    return list(_schema_problems_of(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_problems_of(text: str) -> tuple[str, ...]:
+    try:
+        schema = json.loads(text)
+    except RecursionError:
+        return ("it is nested too deeply",)
+    return tuple(_schema_problems(schema))
+
+
+def _schema_problems(schema: JSON) -> list[str]:
     if not isinstance(schema, Mapping | bool):
         return ["it must be an object"]
     validator_class = validators.validator_for(schema, default=Draft202012Validator)

@@ -13,9 +13,13 @@ Pure: configs in, configs out.
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+
+from context.agents import AgentSpec, config_agents
 
 JSON = Any
 
@@ -74,6 +78,24 @@ def config_with_completion(config: Mapping[str, JSON] | None) -> dict[str, JSON]
     if not isinstance(agents, list) or not agents or has_completion_handler(agents):
         return base
     return {**base, "agents": [*agents, completion_detector()]}
+
+
+def running_agents(config: Mapping[str, JSON] | None) -> tuple[AgentSpec, ...]:
+    """The agents of ``config_with_completion(config)``, parsed (``AgentConfigError`` as
+    ``config_agents`` raises it). Parsing is pure, and the post-commit pipeline asks for every
+    batch of a cluster whose config rarely changes: the parse is kept per config text, so a
+    changed config is parsed again and an unchanged one is parsed once."""
+    try:
+        text = json.dumps(config, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return config_agents(config_with_completion(config))
+    return _running_agents(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _running_agents(text: str) -> tuple[AgentSpec, ...]:
+    # Parsed from the text: the specs share nothing with a caller's dicts.
+    return config_agents(config_with_completion(json.loads(text)))
 
 
 def agents_with_completion(agents: Sequence[JSON]) -> list[JSON]:

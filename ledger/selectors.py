@@ -176,12 +176,19 @@ def message_query(
 
 
 def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
-    """One message by its id, or ``NotFound``."""
-    return _one(
-        cluster_id=cluster_id,
-        lookup={"message_id": message_id},
-        missing=f"message {message_id!r} does not exist in cluster {cluster_id!r}",
+    """One message by its id, or ``NotFound`` (a prebuilt statement: every claim's build reads
+    its trigger this way)."""
+    found = (
+        statements.message_by_id(cluster_id=cluster_id, message_id=message_id)
+        if storable(cluster_id) and storable(message_id)
+        else None
     )
+    if found is None:
+        raise NotFound(
+            f"message {message_id!r} does not exist in cluster {cluster_id!r}",
+            details={"message_id": message_id},
+        )
+    return found
 
 
 def _one(*, cluster_id: str, lookup: dict[str, object], missing: str) -> MessageRecord:

@@ -213,6 +213,24 @@ def messages_after(
     return [(_message(row[:-1], cluster_id), bool(row[-1])) for row in rows]
 
 
+@cache
+def _by_id_select(vendor: str) -> str:
+    """One message of a cluster by its id (a seek on the unique ``message_cluster_id``)."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
+    return (
+        f"SELECT {columns} FROM {table} WHERE {_column(Message, 'cluster')} = %s "
+        f"AND {_column(Message, 'message_id')} = %s"
+    )
+
+
+def message_by_id(*, cluster_id: str, message_id: str) -> MessageRecord | None:
+    """The message ``message_id`` of the cluster, or None: a claim's build reads its trigger."""
+    rows = _rows(_by_id_select(connection.vendor), [cluster_id, message_id])
+    return _message(rows[0], cluster_id) if rows else None
+
+
 def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
     found = _rows(_cluster_select(connection.vendor), [cluster_id])

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from context.agents import AgentConfigError, AgentSpec, Trigger, config_agents
-from context.completion import config_with_completion
+from context.agents import AgentConfigError, AgentSpec, Trigger
+from context.completion import running_agents
 from ledger import interfaces as ledger
 from ledger.interfaces import (
     ENDING_TOPICS,
@@ -177,7 +177,7 @@ class Dispatcher:
         config, version = batch.cluster.config, batch.cluster.config_version
         try:
             # zeroshot's completion-detector joins a config without a completion handler.
-            agents = config_agents(config_with_completion(config))
+            agents = running_agents(config)
         except AgentConfigError as error:
             # Only a config stored before configs were parsed at creation can get here.
             return _config_refused(writes, error) if running else None
@@ -185,6 +185,13 @@ class Dispatcher:
         view = self._view(batch)
         live = {m.sequence for m in batch.live}
         offering: _Offering | None = None
+        matched: dict[str, bool] = {}  # topic -> _concerns, for the agents of the moment
+
+        def concerns(message: MessageRecord) -> bool:
+            if message.topic not in matched:
+                matched[message.topic] = _concerns(message.topic, agents)
+            return matched[message.topic] or _may_end_task(message)
+
         for message in batch.messages:
             view.append(message.to_wire())
             if message.sequence not in live:
@@ -194,6 +201,8 @@ class Dispatcher:
                 writes.ends = True
             if not running or not offered(message):
                 continue
+            if not concerns(message):
+                continue  # no trigger of any agent, no task's end, no operations: no turn
             if offering is None:
                 # Read once per batch, and only when a message is offered.
                 offering = _Offering(
@@ -214,10 +223,11 @@ class Dispatcher:
                     message, config=config, template=batch.cluster.template, version=version
                 )
                 if outcome is not None and outcome.config is not None:
-                    changed = config_agents(config_with_completion(outcome.config))
+                    changed = running_agents(outcome.config)
                     writes.steps.append(ConfigChange(outcome.config, message, outcome.diff))
                     # Agents that join trigger on what comes after this message only.
                     config, agents = outcome.config, changed
+                    matched.clear()
                     version += 1
                     info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
                     offering.info = info
@@ -318,6 +328,16 @@ def offered(message: MessageRecord) -> bool:
     )
 
 
+def _concerns(topic: str, agents: tuple[AgentSpec, ...]) -> bool:
+    """Whether the trigger stage has anything to do with messages of ``topic`` besides the end
+    of a task (``_may_end_task``): an agent's trigger matches it, or it is
+    ``CLUSTER_OPERATIONS``. A message of neither that ends no task (a ``TASK_STARTED``, an
+    agent's output) needs no agent's turn read."""
+    if topic == operations.CLUSTER_OPERATIONS:
+        return True
+    return any(_trigger_for(agent, topic) is not None for agent in agents)
+
+
 def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:
     """The agent's first trigger whose topic matches: the one that decides (SPEC §7.1)."""
     return next((t for t in agent.triggers if t.matches(topic)), None)
@@ -326,17 +346,24 @@ def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:
 def _settle(message: MessageRecord, offering: _Offering) -> set[str]:
     """The agents whose task this message ends (its ``TASK_COMPLETED`` or final
     ``AGENT_ERROR``, sent by the agent with the task's id): idle from it on."""
-    data = message.data
-    if not isinstance(data, Mapping) or not isinstance(data.get("taskId"), str):
+    if not _may_end_task(message):
         return set()
-    ends = message.topic == lifecycle.AGENT_ERROR or (
-        message.topic == lifecycle.LIFECYCLE and data.get("event") == "TASK_COMPLETED"
-    )
-    task_id = str(data["taskId"])
-    if not ends or not offering.turns.settle(message.sender, task_id):
+    task_id = str(message.data["taskId"])
+    if not offering.turns.settle(message.sender, task_id):
         return set()
     offering.writes.buffers.settled[task_id] = message.sequence
     return set() if offering.turns.busy(message.sender) else {message.sender}
+
+
+def _may_end_task(message: MessageRecord) -> bool:
+    """A ``TASK_COMPLETED`` or an ``AGENT_ERROR`` that names a task (``_settle`` checks that it
+    is one of its sender's open tasks)."""
+    data = message.data
+    if not isinstance(data, Mapping) or not isinstance(data.get("taskId"), str):
+        return False
+    return message.topic == lifecycle.AGENT_ERROR or (
+        message.topic == lifecycle.LIFECYCLE and data.get("event") == "TASK_COMPLETED"
+    )
 
 
 def _buffered_message(entry: Buffered, offering: _Offering) -> MessageRecord | None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, TextField
+from django.db.models import Count, Q, Subquery, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from ledger.interfaces import (
@@ -82,8 +82,12 @@ def task_list(
     if state:
         tasks = tasks.filter(state__in=states_matching(state, TaskState.values))
     if before:
-        anchor = Task.objects.filter(pk=before, cluster_id=cluster_id).values("created_at")[:1]
-        tasks = tasks.filter(created_at__lte=anchor).exclude(pk=before)
+        # After the anchor in the page's order (-created_at, -id): tasks made in the same
+        # millisecond are told apart by their ids, never shown twice.
+        anchor = Subquery(
+            Task.objects.filter(pk=before, cluster_id=cluster_id).values("created_at")[:1]
+        )
+        tasks = tasks.filter(Q(created_at__lt=anchor) | Q(created_at=anchor, id__lt=before))
     # A result may be a mebibyte: a page carries its size and first characters, never it whole.
     as_text = Cast("result", TextField())
     ordered = (

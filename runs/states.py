@@ -24,6 +24,7 @@ from runs import lifecycle
 from runs.models import Task, TaskState
 from runs.records import TaskRecord
 from runs.selectors import task_record
+from runs.statements import task_save
 
 
 class TaskEvent(StrEnum):
@@ -101,7 +102,7 @@ def task_move(
         task.finished_at = now
     for name, value in fields.items():
         setattr(task, name, value)
-    task.save()
+    task_save(task)
     return _report(before, task, event, error, dict(report or {}))
 
 

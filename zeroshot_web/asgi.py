@@ -20,6 +20,7 @@ from ledger import interfaces as ledger  # noqa: E402
 from operations.metrics import WebsocketCounter  # noqa: E402
 from operations.schedule import retention_daily  # noqa: E402
 from zeroshot_web.claims import ClaimRoute  # noqa: E402
+from zeroshot_web.leases import LeaseRoute  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.publishing import PublishRoute  # noqa: E402
 from zeroshot_web.routing import websocket_urlpatterns  # noqa: E402
@@ -65,8 +66,9 @@ application = PipelineStarter(
     ProtocolTypeRouter(
         {
             # Claims that wait are answered on the event loop, never on a thread of Django's;
-            # publishes with one thread hop, not Django's three (docs/decisions/0155).
-            "http": RequestBodyLimit(ClaimRoute(PublishRoute(django_asgi_app))),
+            # publishes with one thread hop, not Django's three (docs/decisions/0155), and so
+            # are a lease's completion, heartbeat and failure (docs/decisions/0170).
+            "http": RequestBodyLimit(ClaimRoute(PublishRoute(LeaseRoute(django_asgi_app)))),
             "websocket": WebsocketCounter(
                 BrowserOriginValidator(
                     AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS

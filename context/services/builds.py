@@ -7,6 +7,8 @@ pure core in this package.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -32,7 +34,7 @@ from context.selection import (
     validator_skip_query,
 )
 from context.selectors import PreviousBuild, build_previous
-from context.services.recording import build_insert
+from context.services.recording import build_guidance_mark, build_insert
 from context.services.triggers import as_of_filter, trigger_choose, trigger_matches
 from context.signals import build_done
 from context.strategy import ContextStrategy, strategy_parse
@@ -92,9 +94,16 @@ def agent_spec_get(*, cluster: ClusterRecord, agent_id: str) -> AgentSpec:
     config has no such agent, ``InvalidInput`` when its config cannot be read."""
     raw = agent_config_get(cluster=cluster, agent_id=agent_id)
     try:
-        return agent_parse(raw, where=f"agent {agent_id!r}")
+        return _agent_parsed(json.dumps(raw, separators=(",", ":")), agent_id)
     except AgentConfigError as error:
         raise InvalidInput(error.message, details={"field": error.field}) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _agent_parsed(text: str, agent_id: str) -> AgentSpec:
+    """An agent's config parsed, kept per config text: a claim, its completion and every lease
+    check ask for the same agent of a config that rarely changes (pure work)."""
+    return agent_parse(json.loads(text), where=f"agent {agent_id!r}")
 
 
 def agent_config_get(*, cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
@@ -186,6 +195,7 @@ def context_build(
     preview: bool = False,
     record_with: RecordHook | None = None,
     guidance_on_completion: bool = False,
+    cluster: ClusterRecord | None = None,
 ) -> BuildOutcome:
     """Assemble an agent's prompt from the ledger (SPEC §2-3); record it unless a preview.
 
@@ -196,7 +206,8 @@ def context_build(
     The prompt carries the agent's queued guidance (SPEC §7.8). A recorded build delivers it
     at once, unless ``guidance_on_completion``: a task's build delivers it when the task
     completes (``build_guidance_delivered``), so a prompt that never reached its agent, or whose
-    task failed, leaves it queued for the next one.
+    task failed, leaves it queued for the next one. ``cluster``: the cluster's record as the
+    caller just read it (a claim), not read again.
     """
     started_ns = time.time_ns()
     _check_numbers(
@@ -210,7 +221,8 @@ def context_build(
         raise InvalidInput(
             f"agent_id must be 1-{AGENT_ID_MAX} characters", details={"field": "agent_id"}
         )
-    cluster = ledger.cluster_get(cluster_id=cluster_id)
+    if cluster is None or cluster.id != cluster_id:
+        cluster = ledger.cluster_get(cluster_id=cluster_id)
     config = agent_config_resolve(cluster=cluster, agent_id=agent_id, inline=agent)
     parsed = _strategy(config, override=strategy, agent_id=agent_id)
     as_of = as_of_filter(cluster_id=cluster_id, sequence=as_of_sequence, timestamp=as_of_timestamp)
@@ -476,6 +488,4 @@ def build_guidance_delivered(*, build_id: int) -> None:
     """The guidance a task's build carried has reached its agent: the task completed (zeroshot
     moves its cursor once the task's hook succeeded, ``agent-lifecycle.js``). Called inside the
     transaction that completes the task; one UPDATE, touching nothing when it carried none."""
-    ContextBuild.objects.filter(pk=build_id, guidance_through__isnull=False).update(
-        guidance_delivered=True
-    )
+    build_guidance_mark(build_id=build_id)

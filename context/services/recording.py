@@ -97,3 +97,21 @@ def build_insert(
         else:  # SQLite before 3.35
             build_id = cursor.lastrowid
     return int(build_id)
+
+
+@cache
+def _delivered(vendor: str) -> str:
+    del vendor
+    q = connection.ops.quote_name
+    meta = ContextBuild._meta
+    through = q(meta.get_field("guidance_through").column)
+    return (
+        f"UPDATE {q(meta.db_table)} SET {q(meta.get_field('guidance_delivered').column)} = %s "
+        f"WHERE {q(meta.pk.column)} = %s AND {through} IS NOT NULL"
+    )
+
+
+def build_guidance_mark(*, build_id: int) -> None:
+    """Mark the guidance a build carried as delivered (none carried: nothing changes)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_delivered(connection.vendor), [True, build_id])

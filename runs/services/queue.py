@@ -8,12 +8,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from django.db.models import Count, Q
-
 from context.agents import AgentSpec
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterWriter, MessageDraft, Topic
-from runs import lifecycle
+from runs import lifecycle, statements
 from runs.models import BufferedTrigger, Task, TaskState
 from runs.states import TaskEvent, tasks_move
 
@@ -42,10 +40,12 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: TriggerRef) 
     stage queues a task only for an idle agent: a busy one's triggers wait in its buffer.
     """
     agent_id = agent.id
-    tasks = Task.objects.filter(cluster_id=writer.cluster_id, agent_id=agent_id)
-    if tasks.filter(trigger_message_id=message.id).exists():
+    count, triggered = statements.agent_tasks_and_trigger(
+        cluster_id=writer.cluster_id, agent_id=agent_id, message_id=message.id
+    )
+    if triggered:
         return 0
-    iteration = tasks.count() + 1
+    iteration = count + 1
     limit = agent.limits.max_iterations
     if iteration > limit:
         _fail_cluster(writer, agent=agent, iteration=iteration, limit=limit)
@@ -96,9 +96,7 @@ class AgentTurns:
         self.cluster_id = cluster_id
         self.runs: Counter[str] = Counter()
         self._open: Counter[str] = Counter()
-        tasks = Task.objects.filter(cluster_id=cluster_id).values("agent_id")
-        counted = tasks.annotate(runs=Count("id"), open=Count("id", filter=_UNSETTLED))
-        for agent_id, runs, open_tasks in counted.values_list("agent_id", "runs", "open"):
+        for agent_id, runs, open_tasks in statements.agent_turn_counts(cluster_id):
             self.runs[agent_id] = runs
             self._open[agent_id] = open_tasks
         self._open_ids: dict[str, set[str]] | None = None
@@ -118,8 +116,7 @@ class AgentTurns:
             return False
         if self._open_ids is None:
             self._open_ids = {}
-            unsettled = Task.objects.filter(_UNSETTLED, cluster_id=self.cluster_id)
-            for agent, open_id in unsettled.values_list("agent_id", "id"):
+            for agent, open_id in statements.unsettled_tasks(self.cluster_id):
                 self._open_ids.setdefault(agent, set()).add(open_id)
         ids = self._open_ids.get(agent_id, set())
         if task_id not in ids:
@@ -132,22 +129,14 @@ class AgentTurns:
         """The messages waiting for the agent, oldest first (all buffers read at once)."""
         if self._buffered is None:
             self._buffered = {}
-            waiting = BufferedTrigger.objects.filter(cluster_id=self.cluster_id, dropped=False)
-            fields = ("agent_id", "message_id", "topic", "message_sequence", "id")
-            for agent, message_id, topic, sequence, row_id in waiting.order_by(
-                "agent_id", "message_sequence"
-            ).values_list(*fields):
+            for agent, message_id, topic, sequence, row_id in statements.buffered_triggers(
+                self.cluster_id
+            ):
                 entry = Buffered(
                     agent_id=agent, id=message_id, topic=topic, sequence=sequence, row=row_id
                 )
                 self._buffered.setdefault(agent, deque()).append(entry)
         return self._buffered.setdefault(agent_id, deque())
-
-
-# A task that holds its agent busy: its end not offered yet; cancelled and dropped ones never do.
-_UNSETTLED = Q(settled_sequence__isnull=True) & ~Q(
-    state__in=(TaskState.CANCELLED, TaskState.DROPPED)
-)
 
 
 def agent_turns(*, cluster_id: str) -> AgentTurns:
@@ -173,9 +162,7 @@ class BufferWrites:
     def apply(self, *, cluster_id: str, running: bool) -> None:
         """Store, drop and delete buffer rows, and mark the tasks that ended (a few queries)."""
         for task_id, sequence in self.settled.items():
-            Task.objects.filter(pk=task_id, settled_sequence__isnull=True).update(
-                settled_sequence=sequence
-            )
+            statements.task_settle(task_id=task_id, sequence=sequence)
         if not running:
             return  # tasks_cancel cleared the buffers: nothing waits in a cluster that ended
         if self.judged:

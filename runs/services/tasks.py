@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
 
@@ -45,7 +45,7 @@ from ledger.interfaces import (
     MessageRecord,
     ServiceError,
 )
-from runs import lifecycle, observe
+from runs import lifecycle, observe, statements
 from runs.hooks import (
     HookFailure,
     completion_drafts,
@@ -207,8 +207,7 @@ def tasks_expire(*, now: int) -> int:
     like a ``fail`` call: a task whose agent kills its runner every time ends.
     """
     ended = 0
-    lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=now)
-    for peek in lapsed.order_by("lease_expires_at")[:EXPIRED_PER_CLAIM]:
+    for peek in statements.leases_lapsed(now=now, limit=EXPIRED_PER_CLAIM):
         cluster = ledger.cluster_get(cluster_id=peek.cluster_id)
         max_retries = _max_retries(cluster, peek.agent_id)
         error = f"its lease expired (attempt {peek.attempts} of {max_retries + 1})"
@@ -218,7 +217,7 @@ def tasks_expire(*, now: int) -> int:
         if peek.attempts > max_retries:
             prepared = _final_failure(task_record(peek), cluster, error=error)
         with ledger.cluster_transaction(peek.cluster_id) as writer:
-            task = Task.objects.select_for_update().filter(pk=peek.id).first()
+            task = statements.task_by_id(peek.id, lock=True)
             if task is None or task.state != TaskState.CLAIMED:
                 continue  # another claim ended it first
             if task.lease_id != peek.lease_id:
@@ -271,12 +270,21 @@ def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, Mess
     the same transaction."""
     with transaction.atomic(durable=True):
         now = ledger.now_ms()
-        tasks = claim_narrow(claimable(now=now), wanted)
-        task = (
-            tasks.order_by("created_at", "id")
-            .select_for_update(skip_locked=True, of=("self",))
-            .first()
-        )
+        if wanted.labels:
+            tasks = claim_narrow(claimable(now=now), wanted)
+            task = (
+                tasks.order_by("created_at", "id")
+                .select_for_update(skip_locked=True, of=("self",))
+                .first()
+            )
+        else:  # the same query, prebuilt
+            task = statements.claimable_first(
+                now=now,
+                cluster_id=wanted.cluster_id,
+                agents=wanted.agents,
+                roles=wanted.roles,
+                providers=wanted.providers,
+            )
         if task is None:
             return None
         started = task_move(
@@ -289,9 +297,7 @@ def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, Mess
             worker=worker[:128],
         )
         if worker:
-            Runner.objects.filter(name=worker[:128]).update(
-                claimed=F("claimed") + 1, last_seen_at=now
-            )
+            statements.runner_count(name=worker[:128], field="claimed", now=now)
     assert started is not None
     return task_record(task), started
 
@@ -307,9 +313,9 @@ def _build(
     message, ``before``), or None if the lease moved."""
 
     def started(writer: ClusterWriter, build_id: int) -> None:
-        linked = Task.objects.filter(
-            pk=task.id, state=TaskState.CLAIMED, lease_id=task.lease_id
-        ).update(build_id=build_id)
+        linked = statements.task_build_link(
+            task_id=task.id, lease_id=task.lease_id, build_id=build_id
+        )
         if not linked:
             raise _LeaseMoved
         writer.append([*([before] if before else []), started_draft], now=ledger.now_ms())
@@ -321,6 +327,7 @@ def _build(
             iteration=task.iteration,
             triggering_message_id=task.trigger_message_id,
             record_with=started,
+            cluster=cluster,
             # Its guidance is delivered when the task completes (SPEC §7.8): a claim whose
             # answer is lost, a lease that runs out or a failed attempt leaves it queued.
             guidance_on_completion=True,
@@ -351,7 +358,7 @@ def _held(*, task_id: str, lease_id: str, scope: str | None, task: Task | None =
     """The task, locked, if ``lease_id`` is its current lease; else ``Conflict``. ``task`` is
     the row when the caller has locked it already."""
     if task is None:
-        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        task = statements.task_by_id(task_id, lock=True)
     if task is None:
         raise ledger.NotFound(f"task {task_id!r} does not exist", details={"task_id": task_id})
     if scope is not None and task.cluster_id != scope:
@@ -371,7 +378,7 @@ def task_heartbeat(*, task_id: str, lease_id: str, scope: str | None = None) -> 
     with transaction.atomic(durable=True):
         task = _held(task_id=task_id, lease_id=lease_id, scope=scope)
         task.lease_expires_at = ledger.now_ms() + task.lease_seconds * 1000
-        task.save(update_fields=["lease_expires_at"])
+        statements.task_save(task, ["lease_expires_at"])
     return task_record(task)
 
 
@@ -407,7 +414,7 @@ def task_output(
 
 
 def _cluster_of(task_id: str) -> str:
-    cluster_id = Task.objects.filter(pk=task_id).values_list("cluster_id", flat=True).first()
+    cluster_id = statements.task_cluster(task_id)
     if cluster_id is None:
         raise ledger.NotFound(f"task {task_id!r} does not exist", details={"task_id": task_id})
     return cluster_id
@@ -434,14 +441,19 @@ def task_complete(
     body_hash = hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
-    cluster_id = _cluster_of(task_id)
-    # The hook's scripts run before the write transaction (they may take seconds); the lease
-    # is checked again inside it.
-    with transaction.atomic():
-        held = _held_or_completed(task_id=task_id, lease_id=lease_id, scope=scope, body=body_hash)
+    # The hook's scripts run before the write transaction (they may take seconds): a read of
+    # the row, no lock; the lease is checked again inside the transaction.
+    held = _held_or_completed(
+        task_id=task_id,
+        lease_id=lease_id,
+        scope=scope,
+        body=body_hash,
+        task=statements.task_by_id(task_id),
+    )
     if isinstance(held, Completion):
         return held
     record = task_record(held)
+    cluster_id = held.cluster_id
     cluster = ledger.cluster_get(cluster_id=cluster_id)
     agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
     release_pooled_connection()
@@ -481,7 +493,7 @@ def task_complete(
         drafts.extend(outcome.drafts)
         messages = writer.append(drafts, now=ledger.now_ms())
         task.completion_messages = [m.id for m in messages]
-        task.save(update_fields=["completion_messages"])
+        statements.task_save(task, ["completion_messages"])
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
         if task.build_id is not None:
@@ -501,12 +513,14 @@ def task_complete(
 
 
 def _held_or_completed(
-    *, task_id: str, lease_id: str, scope: str | None, body: str
+    *, task_id: str, lease_id: str, scope: str | None, body: str, task: Task | None = None
 ) -> Task | Completion:
     """The task, locked, under ``lease_id``; or, when that body already completed it, what that
     completion published. Checked under the row's lock, so that concurrent completions with one
-    body all get the same answer (SPEC §7.4); another body is a ``Conflict``."""
-    task = Task.objects.select_for_update().filter(pk=task_id).first()
+    body all get the same answer (SPEC §7.4); another body is a ``Conflict``. ``task``: the
+    row as the caller read it (no lock), for the checks made before the transaction."""
+    if task is None:
+        task = statements.task_by_id(task_id, lock=True)
     if task is None or not task.completion_hash:
         return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
     if scope is not None and task.cluster_id != scope:
@@ -613,8 +627,7 @@ def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str
     name = name[:128]
     now = ledger.now_ms()
     serves = (dict(sorted(labels.items())), sorted(providers))
-    known = Runner.objects.filter(name=name).values_list("last_seen_at", "labels", "providers")
-    row = known.first()
+    row = statements.runner_seen_row(name)
     if row is not None and now - row[0] < RUNNER_SEEN_EVERY_MS and (row[1], row[2]) == serves:
         return
     Runner.objects.bulk_create(
@@ -636,9 +649,7 @@ def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str
 def _runner_count(worker: str, field: str) -> None:
     """Count a completion or failure for the task's runner, in the caller's transaction."""
     if worker:
-        Runner.objects.filter(name=worker).update(
-            **{field: F(field) + 1}, last_seen_at=ledger.now_ms()
-        )
+        statements.runner_count(name=worker, field=field, now=ledger.now_ms())
 
 
 def _finish_failed(task: TaskRecord, *, error: str) -> None:

@@ -160,3 +160,24 @@ def test_unique_items_keeps_json_equality(items: list[Any], unique: bool) -> Non
     issues = schema_issues(items, {"uniqueItems": True}, limit=10)
 
     assert (issues == ()) is unique
+
+
+def test_a_schemas_check_is_kept_per_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from context import agent_schema
+
+    checked: list[object] = []
+    real = agent_schema._schema_problems
+
+    def counting(schema: object) -> list[str]:
+        checked.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(agent_schema, "_schema_problems", counting)
+    schema = {"type": "object", "properties": {"kept-per-text": {"type": "string"}}}
+    assert schema_problems(schema) == []
+    assert schema_problems(dict(schema)) == []
+    assert len(checked) == 1
+    # the answer is the caller's own list; a broken schema is still refused
+    schema_problems(schema).append("changed")
+    assert schema_problems(schema) == []
+    assert schema_problems({"type": "nope-kept-per-text"})

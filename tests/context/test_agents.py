@@ -130,3 +130,35 @@ def test_the_topology_draws_a_prefix_trigger_from_the_agent_that_publishes_its_t
         ("outside", "ISSUE_OPENED", "validator"),
         ("validator", "VALIDATION_RESULT", "watcher"),
     }
+
+
+def test_a_configs_agents_are_parsed_once_per_config_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from context import completion
+
+    parsed: list[object] = []
+    real = completion.config_agents
+
+    def counting(config: Any) -> Any:
+        parsed.append(config)
+        return real(config)
+
+    monkeypatch.setattr(completion, "config_agents", counting)
+    config = {"agents": [raw(triggers=[{"topic": "GO"}]), raw(id="other")]}
+    first = completion.running_agents(config)
+    # the same config again, read anew from the database: no parse
+    again = completion.running_agents({"agents": [dict(a) for a in config["agents"]]})
+    assert again is first
+    assert [a.id for a in first] == ["worker", "other", "completion-detector"]
+    assert len(parsed) == 1
+    # a changed config is parsed again; the specs share nothing with the caller's dicts
+    config["agents"][1]["role"] = "validator"
+    changed = completion.running_agents(config)
+    assert len(parsed) == 2
+    assert changed[1].role == "validator"
+    assert first[1].role == "implementation"
+    assert changed[1].raw is not config["agents"][1]
+    # a config the model refuses is refused every time
+    with pytest.raises(AgentConfigError):
+        completion.running_agents({"agents": [raw(id="")]})
+    with pytest.raises(AgentConfigError):
+        completion.running_agents({"agents": [raw(id="")]})

@@ -191,3 +191,18 @@ def _plan(sql: str) -> list[str]:
 
 def _indexes(plan: list[str]) -> list[str]:
     return [step.split(" INDEX ")[1].split(" ")[0] for step in plan if " INDEX " in step]
+
+
+def test_a_message_by_id_is_the_orms(filled: str) -> None:
+    from ledger.errors import NotFound
+    from ledger.models import Message
+    from ledger.selectors import message_get, message_record
+
+    for message in Message.objects.filter(cluster_id=filled):
+        with CaptureQueriesContext(connection) as queries:
+            found = message_get(cluster_id=filled, message_id=message.message_id)
+        assert found == message_record(message, cluster_id=filled)
+        assert len(queries) == 1
+    for cluster_id, message_id in ((filled, "nope"), ("nope", "m1"), (filled, "m\x001")):
+        with pytest.raises(NotFound):
+            message_get(cluster_id=cluster_id, message_id=message_id)

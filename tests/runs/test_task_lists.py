@@ -87,3 +87,32 @@ def test_the_dashboards_tasks_tab_loads_no_result(api: ApiClient) -> None:
     assert page.status_code == 200
     assert len(page.content) < 200_000
     assert result_column_reads(queries.captured_queries) == []
+
+
+def test_pages_of_tasks_made_in_one_millisecond_hold_each_task_once() -> None:
+    from ledger.interfaces import cluster_create
+    from runs.models import Task
+    from runs.selectors import task_list
+
+    cluster_create(cluster_id="c1", config={"agents": []}, state="running")
+    for n in range(7):
+        Task.objects.create(
+            id=f"task_{n:02d}",
+            cluster_id="c1",
+            agent_id="a",
+            iteration=n + 1,
+            trigger_message_id=f"m{n}",
+            trigger_topic="GO",
+            trigger_sequence=n,
+            created_at=1000 + n // 4,  # four, then three, in one millisecond each
+            available_at=1000,
+        )
+    seen: list[str] = []
+    before = None
+    while True:
+        page = task_list(cluster_id="c1", before=before, limit=2)
+        seen += [t.id for t in page]
+        if len(page) < 2:
+            break
+        before = page[-1].id
+    assert seen == [f"task_{n:02d}" for n in (6, 5, 4, 3, 2, 1, 0)]

@@ -1,0 +1,359 @@
+"""Prebuilt SQL for the task cycle's hot paths: the reads and writes every claim, completion and
+trigger-stage batch makes on ``Task``, ``Runner`` and ``BufferedTrigger``.
+
+Compiling these through the ORM took several times as long as the database took to run them
+(bench/results/cpu-task-cycle.md), as ``ledger.statements`` found for the ledger's: so the SQL
+of each shape is written once per database vendor, from the models' own table and column names,
+and run through a plain cursor with parameters. Rows come back through the fields' own
+converters (``Task.from_db``), so a task read here is the task the ORM would give; writes go
+through the fields' ``get_db_prep_save``. The statements say what the ORM queries they replace
+said, in the same order (``tests/runs/test_statements.py`` checks them against those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, cast
+
+from django.db import connection
+from django.db.models import Field, Model
+
+from runs.models import BufferedTrigger, Runner, Task, TaskState
+
+_TASK_FIELDS: tuple[Field[Any, Any], ...] = tuple(Task._meta.concrete_fields)
+_TASK_NAMES = tuple(f.attname for f in _TASK_FIELDS)
+# The states as plain strings: database drivers adapt exact types.
+_QUEUED, _CLAIMED, _EXPIRED = (
+    TaskState.QUEUED.value,
+    TaskState.CLAIMED.value,
+    TaskState.EXPIRED.value,
+)
+_CANCELLED, _DROPPED = TaskState.CANCELLED.value, TaskState.DROPPED.value
+
+
+def _q(name: str) -> str:
+    return str(connection.ops.quote_name(name))
+
+
+def _table(model: type[Model]) -> str:
+    return _q(model._meta.db_table)
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+def _col(model: type[Model], name: str) -> str:
+    return _q(str(_field(model, name).column))
+
+
+@cache
+def _task_columns(vendor: str, alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + _q(f.column) for f in _TASK_FIELDS)
+
+
+@cache
+def _converters(vendor: str) -> tuple[tuple[Any, list[Any]], ...]:
+    """Each column's converters, as the ORM's compiler applies them to a row."""
+    table = Task._meta.db_table
+    out = []
+    for field in _TASK_FIELDS:
+        column = field.get_col(table)
+        own: list[Any] = cast(Any, field).get_db_converters(connection)
+        out.append((column, connection.ops.get_db_converters(column) + own))
+    return tuple(out)
+
+
+def _task(row: Sequence[Any]) -> Task:
+    values = []
+    for value, (column, converters) in zip(row, _converters(connection.vendor), strict=True):
+        for converter in converters:
+            value = converter(value, column, connection)
+        values.append(value)
+    return Task.from_db(connection.alias, list(_TASK_NAMES), values)
+
+
+def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _count(sql: str, params: Sequence[Any]) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def _lock(skip_locked: bool = False) -> str:
+    if not connection.features.has_select_for_update:
+        return ""
+    return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+
+
+# --- one task --------------------------------------------------------------------------------
+
+
+@cache
+def _task_by_id_sql(vendor: str, lock: bool) -> str:
+    return f"SELECT {_task_columns(vendor)} FROM {_table(Task)} WHERE {_col(Task, 'id')} = %s" + (
+        _lock() if lock else ""
+    )
+
+
+def task_by_id(task_id: str, *, lock: bool = False) -> Task | None:
+    """The task, or None; ``lock``: ``select_for_update`` (PostgreSQL), inside a transaction."""
+    rows = _rows(_task_by_id_sql(connection.vendor, lock), [task_id])
+    return _task(rows[0]) if rows else None
+
+
+@cache
+def _task_fields(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
+    return tuple(_field(Task, name) for name in names)
+
+
+@cache
+def _task_update_sql(vendor: str, names: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{_col(Task, n)} = %s" for n in names)
+    return f"UPDATE {_table(Task)} SET {sets} WHERE {_col(Task, 'id')} = %s"
+
+
+def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
+    """``task.save()`` (every column) or ``task.save(update_fields=fields)``: one UPDATE by
+    primary key; a task not in the table yet is saved by the ORM, as ``save`` would."""
+    names = tuple(fields) if fields is not None else _TASK_NAMES[1:]
+    params = [
+        field.get_db_prep_save(getattr(task, field.attname), connection)
+        for field in _task_fields(names)
+    ]
+    if not _count(_task_update_sql(connection.vendor, names), [*params, task.pk]):
+        task.save(update_fields=fields)
+
+
+@cache
+def _task_cluster_sql(vendor: str) -> str:
+    return f"SELECT {_col(Task, 'cluster')} FROM {_table(Task)} WHERE {_col(Task, 'id')} = %s"
+
+
+def task_cluster(task_id: str) -> str | None:
+    rows = _rows(_task_cluster_sql(connection.vendor), [task_id])
+    return str(rows[0][0]) if rows else None
+
+
+@cache
+def _build_link_sql(vendor: str) -> str:
+    return (
+        f"UPDATE {_table(Task)} SET {_col(Task, 'build')} = %s WHERE {_col(Task, 'id')} = %s "
+        f"AND {_col(Task, 'state')} = %s AND {_col(Task, 'lease_id')} = %s"
+    )
+
+
+def task_build_link(*, task_id: str, lease_id: str, build_id: int) -> int:
+    """Link a claimed task to its build while ``lease_id`` is its lease; the rows moved."""
+    return _count(_build_link_sql(connection.vendor), [build_id, task_id, _CLAIMED, lease_id])
+
+
+# --- claiming --------------------------------------------------------------------------------
+
+
+@cache
+def _lapsed_sql(vendor: str) -> str:
+    return (
+        f"SELECT {_task_columns(vendor)} FROM {_table(Task)} "
+        f"WHERE {_col(Task, 'lease_expires_at')} < %s AND {_col(Task, 'state')} = %s "
+        f"ORDER BY {_col(Task, 'lease_expires_at')} ASC LIMIT %s"
+    )
+
+
+def leases_lapsed(*, now: int, limit: int) -> list[Task]:
+    """Claimed tasks whose lease ran out before ``now``, the oldest first."""
+    return [_task(r) for r in _rows(_lapsed_sql(connection.vendor), [now, _CLAIMED, limit])]
+
+
+@cache
+def _claimable_sql(vendor: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
+    """``claim_narrow(claimable(now), wanted).order_by("created_at", "id")`` for a claim
+    without labels, its first row, locked (``SKIP LOCKED``) where the database can."""
+    t, u = "t", "u"
+
+    def col(alias: str, name: str) -> str:
+        return f"{alias}.{_col(Task, name)}"
+
+    ahead = (
+        f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'agent_id')} = {col(t, 'agent_id')} "
+        f"AND {col(u, 'cluster')} = {col(t, 'cluster')} AND ({col(u, 'state')} IN (%s, %s) "
+        f"OR ({col(u, 'created_at')} < {col(t, 'created_at')} AND {col(u, 'state')} = %s) "
+        f"OR ({col(u, 'created_at')} = {col(t, 'created_at')} AND {col(u, 'id')} < {col(t, 'id')} "
+        f"AND {col(u, 'state')} = %s))"
+    )
+    where = [
+        f"(({col(t, 'available_at')} <= %s AND {col(t, 'state')} = %s AND NOT EXISTS ({ahead})) "
+        f"OR {col(t, 'state')} = %s)"
+    ]
+    if cluster:
+        where.append(f"{col(t, 'cluster')} = %s")
+    if agents:
+        where.append(f"{col(t, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
+    if roles:
+        where.append(f"{col(t, 'role')} IN ({', '.join(['%s'] * roles)})")
+    if providers:
+        where.append(
+            f"({col(t, 'provider')} = %s OR {col(t, 'provider')} IN "
+            f"({', '.join(['%s'] * providers)}))"
+        )
+    return (
+        f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} WHERE {' AND '.join(where)} "
+        f"ORDER BY {col(t, 'created_at')} ASC, {col(t, 'id')} ASC LIMIT 1"
+        + _lock(skip_locked=connection.features.has_select_for_update_skip_locked)
+    )
+
+
+def claimable_first(
+    *,
+    now: int,
+    cluster_id: str | None,
+    agents: Sequence[str],
+    roles: Sequence[str],
+    providers: Sequence[str],
+) -> Task | None:
+    """The oldest claimable task that passes a claim's filters (no labels), locked."""
+    sql = _claimable_sql(
+        connection.vendor, cluster_id is not None, len(agents), len(roles), len(providers)
+    )
+    # In the statement's order: the queued head, the tasks ahead of it, an expired lease.
+    params: list[Any] = [now, _QUEUED, _CLAIMED, _EXPIRED, _QUEUED, _QUEUED, _EXPIRED]
+    if cluster_id is not None:
+        params.append(cluster_id)
+    params += [*agents, *roles]
+    if providers:
+        params += ["", *providers]
+    rows = _rows(sql, params)
+    return _task(rows[0]) if rows else None
+
+
+# --- runners ---------------------------------------------------------------------------------
+
+
+@cache
+def _runner_seen_sql(vendor: str) -> str:
+    return (
+        f"SELECT {_col(Runner, 'last_seen_at')}, {_col(Runner, 'labels')}, "
+        f"{_col(Runner, 'providers')} FROM {_table(Runner)} WHERE {_col(Runner, 'name')} = %s"
+    )
+
+
+def runner_seen_row(name: str) -> tuple[int, Any, Any] | None:
+    """The runner's last sighting, labels and providers (as the ORM reads its JSON), or None."""
+    rows = _rows(_runner_seen_sql(connection.vendor), [name])
+    if not rows:
+        return None
+    seen, labels, providers = rows[0]
+    fields = cast(Any, (_field(Runner, "labels"), _field(Runner, "providers")))
+    return (
+        int(seen),
+        fields[0].from_db_value(labels, None, connection),
+        fields[1].from_db_value(providers, None, connection),
+    )
+
+
+@cache
+def _runner_count_sql(vendor: str, field: str) -> str:
+    column = _col(Runner, field)
+    return (
+        f"UPDATE {_table(Runner)} SET {column} = {column} + 1, "
+        f"{_col(Runner, 'last_seen_at')} = %s WHERE {_col(Runner, 'name')} = %s"
+    )
+
+
+def runner_count(*, name: str, field: str, now: int) -> None:
+    """One more ``field`` (claimed, completed, failed) for the runner, seen ``now``."""
+    _count(_runner_count_sql(connection.vendor, field), [now, name])
+
+
+# --- the trigger stage -----------------------------------------------------------------------
+
+
+@cache
+def _turns_sql(vendor: str) -> str:
+    state, settled = _col(Task, "state"), _col(Task, "settled_sequence")
+    return (
+        f"SELECT {_col(Task, 'agent_id')}, COUNT(*), "
+        f"SUM(CASE WHEN {settled} IS NULL AND NOT ({state} IN (%s, %s)) THEN 1 ELSE 0 END) "
+        f"FROM {_table(Task)} WHERE {_col(Task, 'cluster')} = %s GROUP BY {_col(Task, 'agent_id')}"
+    )
+
+
+def agent_turn_counts(cluster_id: str) -> list[tuple[str, int, int]]:
+    """Per agent of the cluster: its tasks, and those not settled (neither ended for its
+    triggers nor cancelled or dropped)."""
+    params = [_CANCELLED, _DROPPED, cluster_id]
+    return [(a, int(n), int(o or 0)) for a, n, o in _rows(_turns_sql(connection.vendor), params)]
+
+
+@cache
+def _unsettled_sql(vendor: str) -> str:
+    return (
+        f"SELECT {_col(Task, 'agent_id')}, {_col(Task, 'id')} FROM {_table(Task)} "
+        f"WHERE {_col(Task, 'settled_sequence')} IS NULL AND NOT ({_col(Task, 'state')} IN "
+        f"(%s, %s)) AND {_col(Task, 'cluster')} = %s"
+    )
+
+
+def unsettled_tasks(cluster_id: str) -> list[tuple[str, str]]:
+    """(agent, task id) of the cluster's tasks that hold their agent busy."""
+    params = [_CANCELLED, _DROPPED, cluster_id]
+    return [(str(a), str(i)) for a, i in _rows(_unsettled_sql(connection.vendor), params)]
+
+
+@cache
+def _buffered_sql(vendor: str) -> str:
+    b = BufferedTrigger
+    return (
+        f"SELECT {_col(b, 'agent_id')}, {_col(b, 'message_id')}, {_col(b, 'topic')}, "
+        f"{_col(b, 'message_sequence')}, {_col(b, 'id')} FROM {_table(b)} "
+        f"WHERE {_col(b, 'cluster')} = %s AND {_col(b, 'dropped')} = %s "
+        f"ORDER BY {_col(b, 'agent_id')} ASC, {_col(b, 'message_sequence')} ASC"
+    )
+
+
+def buffered_triggers(cluster_id: str) -> list[tuple[str, str, str, int, int]]:
+    """(agent, message id, topic, sequence, row id) of the messages waiting in the cluster's
+    buffers, by agent then sequence."""
+    return [
+        (str(a), str(m), str(t), int(s), int(r))
+        for a, m, t, s, r in _rows(_buffered_sql(connection.vendor), [cluster_id, False])
+    ]
+
+
+@cache
+def _queued_before_sql(vendor: str) -> str:
+    trigger = _col(Task, "trigger_message_id")
+    return (
+        f"SELECT COUNT(*), SUM(CASE WHEN {trigger} = %s THEN 1 ELSE 0 END) FROM {_table(Task)} "
+        f"WHERE {_col(Task, 'agent_id')} = %s AND {_col(Task, 'cluster')} = %s"
+    )
+
+
+def agent_tasks_and_trigger(*, cluster_id: str, agent_id: str, message_id: str) -> tuple[int, bool]:
+    """How many tasks the agent has had, and whether ``message_id`` triggered one of them."""
+    rows = _rows(_queued_before_sql(connection.vendor), [message_id, agent_id, cluster_id])
+    count, triggered = rows[0]
+    return int(count), bool(triggered)
+
+
+@cache
+def _settle_sql(vendor: str) -> str:
+    settled = _col(Task, "settled_sequence")
+    return (
+        f"UPDATE {_table(Task)} SET {settled} = %s WHERE {_col(Task, 'id')} = %s "
+        f"AND {settled} IS NULL"
+    )
+
+
+def task_settle(*, task_id: str, sequence: int) -> None:
+    """Mark the task's end as offered at ``sequence`` (once)."""
+    _count(_settle_sql(connection.vendor), [sequence, task_id])

@@ -1,0 +1,198 @@
+"""The task cycle's prebuilt statements (runs/statements.py) say what the ORM queries they
+replace said; a claim and a completion make a pinned number of queries."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import Count, Q
+from django.test.utils import CaptureQueriesContext
+
+from ledger.interfaces import MessageDraft, cluster_create, message_publish
+from runs import statements
+from runs.models import BufferedTrigger, Task, TaskState
+from runs.services import task_claim, task_complete
+from runs.services.tasks import _Wanted, claim_narrow, claimable
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fields(task: Task | None) -> dict[str, Any] | None:
+    if task is None:
+        return None
+    return {f.attname: getattr(task, f.attname) for f in Task._meta.concrete_fields}
+
+
+def tasks_in_every_state() -> None:
+    """Two clusters, three agents each, tasks in every state, ties on ``created_at``."""
+    for cluster_id in ("c1", "c2"):
+        cluster_create(cluster_id=cluster_id, config={"agents": []}, state="running")
+    states = itertools.cycle(
+        [
+            TaskState.QUEUED,
+            TaskState.QUEUED,
+            TaskState.CLAIMED,
+            TaskState.EXPIRED,
+            TaskState.COMPLETED,
+            TaskState.QUEUED,
+            TaskState.CANCELLED,
+            TaskState.DROPPED,
+        ]
+    )
+    n = 0
+    for cluster_id in ("c1", "c2"):
+        for agent in ("a", "b", "c"):
+            for _ in range(5):
+                n += 1
+                state = next(states)
+                Task.objects.create(
+                    id=f"task_{n:03d}",
+                    cluster_id=cluster_id,
+                    agent_id=agent,
+                    role="validator" if agent == "c" else "implementation",
+                    provider="codex" if agent == "b" else "",
+                    iteration=n,
+                    state=state,
+                    trigger_message_id=f"m{n}",
+                    trigger_topic="GO",
+                    trigger_sequence=n,
+                    created_at=1000 + n // 3,  # ties, broken by id
+                    available_at=1000 + (n % 4) * 10,
+                    lease_expires_at=900 + n if state == TaskState.CLAIMED else None,
+                    result={"n": n, "x": [None, True]} if n % 2 else None,
+                    usage={"inputTokens": n} if n % 3 else None,
+                    completion_messages=[f"msg_{n}"] if n % 5 else [],
+                    settled_sequence=n if state == TaskState.COMPLETED and n % 2 else None,
+                )
+            BufferedTrigger.objects.create(
+                cluster_id=cluster_id,
+                agent_id=agent,
+                message_id=f"buf-{cluster_id}-{agent}",
+                message_sequence=n,
+                topic="GO",
+                buffered_at=n,
+                dropped=agent == "b",
+            )
+
+
+WANTED = [
+    _Wanted(cluster_id=None, agents=(), roles=(), labels=(), providers=()),
+    _Wanted(cluster_id="c2", agents=(), roles=(), labels=(), providers=()),
+    _Wanted(cluster_id=None, agents=("b", "c"), roles=(), labels=(), providers=()),
+    _Wanted(cluster_id="c1", agents=(), roles=("validator",), labels=(), providers=()),
+    _Wanted(cluster_id=None, agents=(), roles=(), labels=(), providers=("codex", "claude")),
+    _Wanted(cluster_id="nope", agents=(), roles=(), labels=(), providers=()),
+]
+
+
+@pytest.mark.parametrize("wanted", WANTED)
+@pytest.mark.parametrize("now", [1005, 1015, 1100])
+def test_the_claimable_task_is_the_orms(wanted: _Wanted, now: int) -> None:
+    tasks_in_every_state()
+    for _ in range(4):  # claim, as a claim does, until nothing is left for these filters
+        with transaction.atomic():
+            theirs = (
+                claim_narrow(claimable(now=now), wanted)
+                .order_by("created_at", "id")
+                .select_for_update(skip_locked=True, of=("self",))
+                .first()
+            )
+            ours = statements.claimable_first(
+                now=now,
+                cluster_id=wanted.cluster_id,
+                agents=wanted.agents,
+                roles=wanted.roles,
+                providers=wanted.providers,
+            )
+        assert fields(ours) == fields(theirs)
+        if ours is None:
+            break
+        ours.state = TaskState.CLAIMED
+        statements.task_save(ours)
+
+
+def test_a_task_read_and_saved_is_the_orms() -> None:
+    tasks_in_every_state()
+    for task in Task.objects.all():
+        assert fields(statements.task_by_id(task.id)) == fields(task)
+        assert statements.task_cluster(task.id) == task.cluster_id
+    assert statements.task_by_id("task_nope") is None
+    assert statements.task_cluster("task_nope") is None
+    # every column written back, JSON and nulls included
+    task = statements.task_by_id("task_001")
+    assert task is not None
+    task.result, task.usage, task.completion_messages = {"a": [1, "é", None]}, None, ["m"]
+    task.lease_expires_at, task.error, task.state = None, "x" * 10, TaskState.FAILED
+    statements.task_save(task)
+    assert fields(Task.objects.get(pk="task_001")) == fields(task)
+    task.completion_messages = ["other"]
+    task.error = "not written"
+    statements.task_save(task, ["completion_messages"])
+    saved = Task.objects.get(pk="task_001")
+    assert (saved.completion_messages, saved.error) == (["other"], "x" * 10)
+
+
+def test_the_trigger_stages_reads_are_the_orms() -> None:
+    tasks_in_every_state()
+    unsettled = Q(settled_sequence__isnull=True) & ~Q(
+        state__in=(TaskState.CANCELLED, TaskState.DROPPED)
+    )
+    for cluster_id in ("c1", "c2", "nope"):
+        counted = (
+            Task.objects.filter(cluster_id=cluster_id)
+            .values("agent_id")
+            .annotate(runs=Count("id"), open=Count("id", filter=unsettled))
+            .values_list("agent_id", "runs", "open")
+        )
+        assert sorted(statements.agent_turn_counts(cluster_id)) == sorted(counted)
+        ids = Task.objects.filter(unsettled, cluster_id=cluster_id).values_list("agent_id", "id")
+        assert sorted(statements.unsettled_tasks(cluster_id)) == sorted(ids)
+        waiting = (
+            BufferedTrigger.objects.filter(cluster_id=cluster_id, dropped=False)
+            .order_by("agent_id", "message_sequence")
+            .values_list("agent_id", "message_id", "topic", "message_sequence", "id")
+        )
+        assert statements.buffered_triggers(cluster_id) == list(waiting)
+        for agent in ("a", "b", "z"):
+            tasks = Task.objects.filter(cluster_id=cluster_id, agent_id=agent)
+            for message_id in ("m1", "m8", "m20", "nope"):
+                assert statements.agent_tasks_and_trigger(
+                    cluster_id=cluster_id, agent_id=agent, message_id=message_id
+                ) == (tasks.count(), tasks.filter(trigger_message_id=message_id).exists())
+    lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=920)
+    assert [fields(t) for t in statements.leases_lapsed(now=920, limit=2)] == [
+        fields(t) for t in lapsed.order_by("lease_expires_at")[:2]
+    ]
+
+
+def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:
+    # given a running cluster with two agents and a task for each
+    agents = [
+        {"id": f"w{n}", "role": "implementation", "prompt": "Work.", "triggers": [{"topic": "GO"}]}
+        for n in range(2)
+    ]
+    cluster_create(cluster_id="c1", config={"agents": agents}, state="running")
+    for _ in range(2):
+        message_publish(cluster_id="c1", draft=MessageDraft(topic="GO", sender="system"))
+    task_claim(cluster_id="c1", worker="w")  # the runner is known from now on
+    # when a claim and its completion are made
+    with CaptureQueriesContext(connection) as claiming:
+        claim = task_claim(cluster_id="c1", worker="w")
+    assert claim is not None
+    with CaptureQueriesContext(connection) as completing:
+        task_complete(task_id=claim.task.id, lease_id=claim.task.lease_id, result={}, output="{}")
+    # then each reads its task and its cluster once, as counted here (the post-commit
+    # pipeline's turns included); a change of either count is a change of these paths
+    reads = [q["sql"] for q in claiming.captured_queries]
+    assert len(claiming.captured_queries) == CLAIM_QUERIES[connection.vendor], reads
+    done = [q["sql"] for q in completing.captured_queries]
+    assert len(completing.captured_queries) == COMPLETE_QUERIES[connection.vendor], done
+
+
+# The statements of a claim and of a completion, their pipeline turns included, BEGIN/COMMIT
+# counted (SQLite's BEGIN IMMEDIATE is one; PostgreSQL's transactions open implicitly).
+CLAIM_QUERIES = {"sqlite": 26, "postgresql": 26}
+COMPLETE_QUERIES = {"sqlite": 28, "postgresql": 28}

@@ -1,0 +1,145 @@
+"""``POST /api/v1/tasks/<id>/complete|heartbeat|fail`` with a bearer key, answered in front of
+Django.
+
+A completion through Django crossed its whole middleware chain on a thread of its own, then
+Ninja's parser, schema and response validation, for an answer that needs none of the chain
+(bench/results/cpu-task-cycle.md names the costs). This route does what the Ninja endpoints of
+``runs.api`` do, with the same code — the key check and rate limit of the claim route
+(``zeroshot_web.claims``), ``BoundedJsonParser``, ``CompleteIn``/``LeaseIn``/``FailIn``, the
+key's scope passed to the service as ``scoped_cluster`` gives it, ``task_complete`` /
+``task_heartbeat`` / ``task_fail`` on the long-lived database threads, ``TaskOut`` for the task
+and the records' wire shape for the messages (which ``MessageOut`` passes through unchanged),
+the error shape and the headers Django's middleware adds — with one thread hop. Anything else
+(a session, a query string, a path Django would refuse) goes on to Django, whose endpoints stay
+and describe the routes in the OpenAPI schema. docs/decisions/0170-lease-route.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pydantic
+
+from ledger.errors import ServiceError
+from ledger.keys import ApiKeyIdentity
+from ledger.threads import in_database
+from ledger.validation import text_problem
+from runs import services
+from runs.api import CompleteIn, FailIn, LeaseIn, TaskOut
+from zeroshot_web.claims import (
+    SERVER_ERROR,
+    UNAUTHORIZED,
+    Answer,
+    _bearer,
+    _body,
+    _has_header,
+    _identity,
+    _invalid,
+    _replay,
+    _send,
+)
+from zeroshot_web.limits import ASGIApp, Receive, Scope, Send
+from zeroshot_web.publishing import _parsed
+
+logger = logging.getLogger(__name__)
+
+# Ninja's path parameter: one segment, any character but a slash.
+PATH = re.compile(r"/api/v1/tasks/([^/]+)/(complete|heartbeat|fail)")
+SCHEMAS: dict[str, type[LeaseIn]] = {"complete": CompleteIn, "heartbeat": LeaseIn, "fail": FailIn}
+
+
+class LeaseRoute:
+    """Wraps the HTTP app; bearer-key completions, heartbeats and failures are answered here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _match(scope)
+        token = _bearer(scope) if match is not None else None
+        if match is None or token is None:
+            await self.app(scope, receive, send)
+            return
+        task_id, call = match.group(1), match.group(2)
+        try:
+            body = await _body(receive)
+            identity = await _identity(token)
+            if identity is None:
+                if _has_header(scope, b"cookie"):
+                    # A session may still authenticate it, as Ninja tries it next.
+                    await self.app(scope, _replay(body, receive), send)
+                    return
+                raise Answer(401, UNAUTHORIZED)
+            answer = await _answer(call, task_id, body, identity)
+        except Answer as done:
+            answer = done
+        except Exception:
+            logger.exception("unhandled error on POST %s", scope.get("path"))
+            answer = Answer(500, SERVER_ERROR)
+        await _send(send, answer)
+
+
+def _match(scope: Scope) -> re.Match[str] | None:
+    if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("query_string"):
+        return None
+    path = scope.get("path", "")
+    match = PATH.fullmatch(path)
+    if match is None or text_problem(path) is not None:
+        return None  # Django answers: a 404, or the refusal of unstorable input
+    return match
+
+
+async def _answer(call: str, task_id: str, body: bytes, identity: ApiKeyIdentity) -> Answer:
+    value = _parsed(body)
+    try:
+        payload: Any = SCHEMAS[call].model_validate(value)
+    except pydantic.ValidationError as error:
+        raise _invalid(
+            [
+                {"loc": list(e["loc"]), "message": e["msg"], "type": e["type"]}
+                for e in error.errors()
+            ]
+        ) from None
+    try:
+        return Answer(200, await in_database(_run)(call, task_id, payload, identity.cluster_id))
+    except ServiceError as error:
+        raise Answer(error.status, error.to_dict()) from None
+
+
+def _run(call: str, task_id: str, payload: Any, scope: str | None) -> dict[str, Any]:
+    """The endpoint's service call and its answer (``runs.api``), on a database thread."""
+    if call == "heartbeat":
+        task = services.task_heartbeat(task_id=task_id, lease_id=payload.lease_id, scope=scope)
+        return _task_out(task.to_wire(), exclude_unset=False)
+    if call == "fail":
+        failed = services.task_fail(
+            task_id=task_id,
+            lease_id=payload.lease_id,
+            error=payload.error,
+            retryable=payload.retryable,
+            scope=scope,
+        )
+        return _task_out(failed.to_wire(), exclude_unset=False)
+    usage = payload.usage.model_dump(exclude_none=True) if payload.usage is not None else None
+    completion = services.task_complete(
+        task_id=task_id,
+        lease_id=payload.lease_id,
+        result=payload.result,
+        output=payload.output,
+        usage=usage,
+        scope=scope,
+    )
+    return {
+        "task": _task_out(completion.task.to_wire(), exclude_unset=True),
+        "messages": [m.to_wire() for m in completion.messages],
+    }
+
+
+def _task_out(wire: dict[str, Any], *, exclude_unset: bool) -> dict[str, Any]:
+    """The task as the endpoint's ``TaskOut`` answers it (``exclude_unset`` as the endpoint)."""
+    out: dict[str, Any] = TaskOut.model_validate(wire).model_dump(
+        mode="json", exclude_unset=exclude_unset
+    )
+    return out
