@@ -46,11 +46,10 @@ from django.db.models import F
 from ledger.bus import bus
 from ledger.models import Cluster
 from ledger.records import ClusterRecord, MessageRecord
-from ledger.selectors import cluster_record
 from ledger.services.drafts import MessageDraft
 from ledger.services.publish import now_ms
 from ledger.services.writer import ClusterWriter, cluster_transaction
-from ledger.statements import messages_after
+from ledger.statements import messages_after, pipeline_cluster, pipeline_cursor_move
 from ledger.topics import Topic
 
 logger = logging.getLogger(__name__)
@@ -244,6 +243,12 @@ class Pipeline:
                 writes.append((stage.name, planned))
         if errors and not final:
             return self._retry(cluster_id, batch, attempt)
+        if not writes and not errors:
+            # Nothing to write (messages no stage reacts to): the cursor alone moves, in one
+            # statement that moves it only from where this run found it.
+            if not pipeline_cursor_move(cluster_id=cluster_id, after=batch.after, to=batch.upto):
+                return Turn()  # someone else ran these messages meanwhile
+            return self._moved(cluster_id, batch)
         try:
             with cluster_transaction(cluster_id) as writer:
                 if writer.pipeline_sequence != batch.after:
@@ -268,6 +273,9 @@ class Pipeline:
                 writer.pipeline_advance(batch.upto)
         except _Retry:
             return self._retry(cluster_id, batch, attempt)
+        return self._moved(cluster_id, batch)
+
+    def _moved(self, cluster_id: str, batch: Batch) -> Turn:
         self._forget_failure(cluster_id)
         with self._progress:
             self._progress.notify_all()
@@ -437,13 +445,13 @@ def clusters_lagging(limit: int = 100) -> list[str]:
 def _read_batch(cluster_id: str, *, limit: int, narrow_at: int | None = None) -> Batch | None:
     """The messages after the cursor, at most ``limit``; only the first one when the last
     step from this same cursor failed (``narrow_at``), so that retries name one message."""
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None or cluster.pipeline_sequence >= cluster.last_sequence:
+    # Prebuilt statements: compiling these queries through the ORM cost more than running them.
+    found = pipeline_cluster(cluster_id=cluster_id)
+    if found is None:
         return None
-    after = cluster.pipeline_sequence
+    cluster, after = found
     if narrow_at == after:
         limit = 1
-    # A prebuilt statement: compiling this query through the ORM cost more than running it.
     rows = messages_after(
         cluster_id=cluster_id, after=after, upto=cluster.last_sequence, limit=limit
     )
@@ -452,7 +460,7 @@ def _read_batch(cluster_id: str, *, limit: int, narrow_at: int | None = None) ->
     messages = tuple(message for message, _ in rows)
     live = tuple(message for message, imported in rows if not imported)
     return Batch(
-        cluster=cluster_record(cluster),
+        cluster=cluster,
         after=after,
         upto=messages[-1].sequence,
         messages=messages,
