@@ -59,6 +59,8 @@ BATCH = 500
 RETRY_CAP_SECONDS = 30.0
 # How often a reader waiting for the pipeline re-reads the cursor (another server's progress).
 READ_POLL_SECONDS = 0.02
+# How long a woken cluster waits for more commits before its turn (docs/decisions/0178).
+GATHER_SECONDS = 0.002
 # What a stage gave up on is reported under this topic (docs/decisions/0088).
 PIPELINE_ERROR = Topic.PIPELINE_ERROR
 PIPELINE_SENDER = "system"
@@ -505,6 +507,8 @@ class _Scheduler:
         self._busy: set[str] = set()
         self._again: set[str] = set()
         self._waiting: dict[str, float] = {}
+        # Clusters woken by a commit, queued once ``GATHER_SECONDS`` have passed.
+        self._gathering: dict[str, float] = {}
         self._delayed: list[tuple[float, str]] = []
         self._stopping = False
         self._stopped = threading.Event()
@@ -533,8 +537,20 @@ class _Scheduler:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def wake(self, cluster_id: str) -> None:
+        """A commit in ``cluster_id``: its turn comes after ``GATHER_SECONDS``, so that the
+        commits of that moment share one turn (one read, one cursor move) instead of a turn
+        each; a cluster on a worker goes round again after its turn, at once."""
         with self._cond:
-            self._enqueue(cluster_id)
+            if cluster_id in self._busy:
+                self._again.add(cluster_id)
+            elif not self._held(cluster_id) and cluster_id not in self._gathering:
+                due = time.monotonic() + GATHER_SECONDS
+                self._gathering[cluster_id] = due
+                heapq.heappush(self._delayed, (due, cluster_id))
+                self._cond.notify()
+
+    def _held(self, cluster_id: str) -> bool:
+        return cluster_id in self._queued or cluster_id in self._waiting
 
     def backlog(self) -> SchedulerBacklog:
         with self._cond:
@@ -549,7 +565,8 @@ class _Scheduler:
         """Queue a cluster once (under the condition); one on a worker goes round again."""
         if cluster_id in self._busy:
             self._again.add(cluster_id)
-        elif cluster_id not in self._queued and cluster_id not in self._waiting:
+        elif not self._held(cluster_id):
+            self._gathering.pop(cluster_id, None)
             self._ready.append(cluster_id)
             self._queued.add(cluster_id)
             self._cond.notify()
@@ -562,6 +579,9 @@ class _Scheduler:
                 due, cluster_id = heapq.heappop(self._delayed)
                 if self._waiting.get(cluster_id) == due:
                     del self._waiting[cluster_id]
+                    self._enqueue(cluster_id)
+                elif self._gathering.get(cluster_id) == due:
+                    del self._gathering[cluster_id]
                     self._enqueue(cluster_id)
             if self._ready:
                 cluster_id = self._ready.popleft()
