@@ -206,6 +206,33 @@ def _after_select(vendor: str) -> str:
     )
 
 
+@cache
+def _topics_after_select(vendor: str, count: int, bounded: bool) -> str:
+    """The messages of ``count`` topics after one sequence (up to another when ``bounded``),
+    in sequence order, LIMITed: a walk of the cluster's sequence key from ``after``."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
+    cluster, sequence = _column(Message, "cluster"), _column(Message, "sequence")
+    topics = ", ".join(["%s"] * count)
+    upto = f" AND {sequence} <= %s" if bounded else ""
+    return (
+        f"SELECT {columns} FROM {table} WHERE {cluster} = %s AND {sequence} > %s{upto} "
+        f"AND {_column(Message, 'topic')} IN ({topics}) ORDER BY {sequence} LIMIT %s"
+    )
+
+
+def messages_of_topics_after(
+    *, cluster_id: str, topics: Sequence[str], after: int, upto: int | None, limit: int
+) -> list[MessageRecord]:
+    """The messages of some topics with ``after < sequence`` (``<= upto``), at most ``limit``,
+    in sequence order (``selectors.message_tail_topics``, the snapshotter's read)."""
+    sql = _topics_after_select(connection.vendor, len(topics), upto is not None)
+    bound = [] if upto is None else [upto]
+    rows = _rows(sql, [cluster_id, after, *bound, *topics, limit])
+    return [_message(row, cluster_id) for row in rows]
+
+
 def messages_after(
     *, cluster_id: str, after: int, upto: int, limit: int
 ) -> list[tuple[MessageRecord, bool]]:
