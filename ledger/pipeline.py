@@ -539,15 +539,21 @@ class _Scheduler:
     def wake(self, cluster_id: str) -> None:
         """A commit in ``cluster_id``: its turn comes after ``GATHER_SECONDS``, so that the
         commits of that moment share one turn (one read, one cursor move) instead of a turn
-        each; a cluster on a worker goes round again after its turn, at once."""
+        each; a cluster on a worker goes round again the same way after its turn."""
         with self._cond:
             if cluster_id in self._busy:
                 self._again.add(cluster_id)
-            elif not self._held(cluster_id) and cluster_id not in self._gathering:
-                due = time.monotonic() + GATHER_SECONDS
-                self._gathering[cluster_id] = due
-                heapq.heappush(self._delayed, (due, cluster_id))
-                self._cond.notify()
+            else:
+                self._gather(cluster_id)
+
+    def _gather(self, cluster_id: str) -> None:
+        """Queue a cluster after ``GATHER_SECONDS`` (under the condition), unless it is queued,
+        waiting or gathering already."""
+        if not self._held(cluster_id) and cluster_id not in self._gathering:
+            due = time.monotonic() + GATHER_SECONDS
+            self._gathering[cluster_id] = due
+            heapq.heappush(self._delayed, (due, cluster_id))
+            self._cond.notify()
 
     def _held(self, cluster_id: str) -> bool:
         return cluster_id in self._queued or cluster_id in self._waiting
@@ -622,7 +628,10 @@ class _Scheduler:
                     self._waiting[cluster_id] = due
                     heapq.heappush(self._delayed, (due, cluster_id))
                     self._cond.notify_all()
-                elif turn.moved or turn.again or again:
+                elif turn.again or again:
+                    # Woken during its turn: what commits meanwhile shares the next one.
+                    self._gather(cluster_id)
+                elif turn.moved:
                     self._enqueue(cluster_id)
 
     def _sweep(self) -> None:
