@@ -645,7 +645,7 @@ class _Scheduler:
                 close_old_connections()
             with self._cond:
                 for cluster_id in lagging:
-                    self._enqueue(cluster_id)
+                    self._gather(cluster_id)
             self._stopped.wait(self._sweep_seconds)
 
 
