@@ -99,6 +99,12 @@ class MessageBus:
         batch = tuple(messages)
         transaction.on_commit(lambda: self._enqueue(batch, imported))
 
+    def deliver_committed(self, messages: Sequence[MessageRecord]) -> None:
+        """Deliver ``messages`` of a transaction that has just committed, as
+        ``deliver_on_commit``'s hook does; the caller holds the cluster's ``ordered_commit``."""
+        if messages:
+            self._enqueue(tuple(messages), False)
+
     def _enqueue(self, batch: tuple[MessageRecord, ...], imported: bool) -> None:
         with self._queue_lock:
             self._queue.append((batch, imported))

@@ -75,15 +75,20 @@ class BatchIn(Schema):
     @model_validator(mode="before")
     @classmethod
     def _batch_length(cls, data: Any) -> Any:
-        # Before each message is validated: a batch of a million messages is refused at once,
-        # not after building a million objects. Not a ValueError, so it is not wrapped as 422.
-        messages = data.get("messages") if isinstance(data, dict) else None
-        if isinstance(messages, list) and len(messages) > settings.LEDGER_MAX_BATCH:
-            raise TooLarge(
-                f"a batch holds at most {settings.LEDGER_MAX_BATCH} messages, got {len(messages)}",
-                details={"field": "messages", "limit": settings.LEDGER_MAX_BATCH},
-            )
+        batch_length_check(data)
         return data
+
+
+def batch_length_check(data: Any) -> None:
+    """Refuse a batch body over ``LEDGER_MAX_BATCH`` messages before any message is validated:
+    a batch of a million messages is refused at once, not after building a million objects.
+    ``TooLarge`` is not a ValueError, so that it is not wrapped as a 422."""
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if isinstance(messages, list) and len(messages) > settings.LEDGER_MAX_BATCH:
+        raise TooLarge(
+            f"a batch holds at most {settings.LEDGER_MAX_BATCH} messages, got {len(messages)}",
+            details={"field": "messages", "limit": settings.LEDGER_MAX_BATCH},
+        )
 
 
 class MessageOut(Schema):

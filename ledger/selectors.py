@@ -417,8 +417,15 @@ def message_tail_topics(
     Walks the ``(cluster, sequence)`` unique index from ``after``: the cost follows the messages
     since that point, which callers keep short by moving ``after`` forward.
     """
-    where = MessageFilter(topic=tuple(topics), after=after, up_to_sequence=up_to_sequence)
-    return _in_sequence(cluster_id=cluster_id, where=where, limit=limit)
+    distinct = tuple(dict.fromkeys(topics))
+    where = MessageFilter(topic=distinct, after=after, up_to_sequence=up_to_sequence)
+    filter_check(where)
+    if not distinct or limit <= 0:
+        return []
+    # A prebuilt statement: the snapshotter reads this on every batch with a trigger message.
+    return statements.messages_of_topics_after(
+        cluster_id=cluster_id, topics=distinct, after=after, upto=up_to_sequence, limit=limit
+    )
 
 
 def message_window(

@@ -14,12 +14,14 @@ results, on SQLite and PostgreSQL. Each read is a seek on an index of ``Message`
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from ledger.filters import MessageFilter
@@ -204,6 +206,33 @@ def _after_select(vendor: str) -> str:
     )
 
 
+@cache
+def _topics_after_select(vendor: str, count: int, bounded: bool) -> str:
+    """The messages of ``count`` topics after one sequence (up to another when ``bounded``),
+    in sequence order, LIMITed: a walk of the cluster's sequence key from ``after``."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
+    cluster, sequence = _column(Message, "cluster"), _column(Message, "sequence")
+    topics = ", ".join(["%s"] * count)
+    upto = f" AND {sequence} <= %s" if bounded else ""
+    return (
+        f"SELECT {columns} FROM {table} WHERE {cluster} = %s AND {sequence} > %s{upto} "
+        f"AND {_column(Message, 'topic')} IN ({topics}) ORDER BY {sequence} LIMIT %s"
+    )
+
+
+def messages_of_topics_after(
+    *, cluster_id: str, topics: Sequence[str], after: int, upto: int | None, limit: int
+) -> list[MessageRecord]:
+    """The messages of some topics with ``after < sequence`` (``<= upto``), at most ``limit``,
+    in sequence order (``selectors.message_tail_topics``, the snapshotter's read)."""
+    sql = _topics_after_select(connection.vendor, len(topics), upto is not None)
+    bound = [] if upto is None else [upto]
+    rows = _rows(sql, [cluster_id, after, *bound, *topics, limit])
+    return [_message(row, cluster_id) for row in rows]
+
+
 def messages_after(
     *, cluster_id: str, after: int, upto: int, limit: int
 ) -> list[tuple[MessageRecord, bool]]:
@@ -255,6 +284,77 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     )
 
 
+@cache
+def _pipeline_select(vendor: str) -> str:
+    """One cluster's record and its pipeline cursor, as the pipeline reads it for a turn."""
+    del vendor
+    fields = (
+        "id",
+        "created_at",
+        "state",
+        "config",
+        "template",
+        "params",
+        "last_sequence",
+        "last_timestamp",
+        "labels",
+        "config_version",
+        "pipeline_sequence",
+    )
+    columns = ", ".join(_column(Cluster, f) for f in fields)
+    return (
+        f"SELECT {columns} FROM {connection.ops.quote_name(Cluster._meta.db_table)} "
+        f"WHERE {_column(Cluster, 'id')} = %s"
+    )
+
+
+def pipeline_cluster(*, cluster_id: str) -> tuple[ClusterRecord, int] | None:
+    """A cluster as ``selectors.cluster_record`` detaches a row (its activity is its clock),
+    with its pipeline cursor; ``None`` when it does not exist or the cursor is caught up."""
+    found = _rows(_pipeline_select(connection.vendor), [cluster_id])
+    if not found:
+        return None
+    (id_, created_at, state, config, template, params, last_sequence, last_timestamp) = found[0][:8]
+    labels, version, cursor = found[0][8:]
+    if cursor >= last_sequence:
+        return None
+    config, params = _json(config), _json(params)
+    record = ClusterRecord(
+        id=id_,
+        created_at=created_at,
+        state=state,
+        config=config if isinstance(config, dict) else {},
+        template=template or None,
+        params=params if isinstance(params, dict) else {},
+        message_count=last_sequence,
+        last_sequence=last_sequence,
+        last_activity=last_timestamp or None,
+        labels=labels_stored(_json(labels)),
+        config_version=version or 1,
+    )
+    return record, cursor
+
+
+@cache
+def _cursor_move_sql(vendor: str) -> str:
+    del vendor
+    table = connection.ops.quote_name(Cluster._meta.db_table)
+    cursor, last = _column(Cluster, "pipeline_sequence"), _column(Cluster, "last_sequence")
+    return (
+        f"UPDATE {table} SET {cursor} = %s "
+        f"WHERE {_column(Cluster, 'id')} = %s AND {cursor} = %s AND {last} >= %s"
+    )
+
+
+def pipeline_cursor_move(*, cluster_id: str, after: int, to: int) -> bool:
+    """Move a cluster's pipeline cursor from ``after`` to ``to`` (at most its newest message)
+    in one statement, only if it is still at ``after``: False when another run moved it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_cursor_move_sql(connection.vendor), [to, cluster_id, after, to])
+        moved: int = cursor.rowcount
+    return moved == 1
+
+
 # --- writes ------------------------------------------------------------------------------
 
 
@@ -298,27 +398,114 @@ MESSAGE_COLUMNS = (
 )
 
 
-def cluster_row_lock(cluster_id: str) -> ClusterRow | None:
+class WriteCursor:
+    """The cursor a write transaction runs its statements on: Django's, or the database
+    driver's own, which a publish uses to skip Django's per-statement layers
+    (docs/decisions/0175). The SQL is written once, with ``%s`` parameters; the driver's SQLite
+    cursor gets it with ``?``. It holds the connection it was opened on, so that the statements
+    do not look ``django.db.connection`` up again for each of them."""
+
+    __slots__ = ("_cursor", "_qmark", "ops", "vendor")
+
+    def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
+        self._cursor = cursor
+        self.vendor: str = db.vendor
+        self.ops = db.ops
+        self._qmark = driver and db.vendor == "sqlite"
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        self._cursor.execute(_qmark(sql) if self._qmark else sql, params)
+
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
+        self._cursor.executemany(_qmark(sql) if self._qmark else sql, params)
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        found: tuple[Any, ...] | None = self._cursor.fetchone()
+        return found
+
+
+@contextmanager
+def _django_cursor() -> Iterator[WriteCursor]:
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        yield WriteCursor(cursor, db=db, driver=False)
+
+
+@cache
+def _qmark(sql: str) -> str:
+    # Our statements hold no literal ``%``: every ``%s`` is a parameter.
+    return sql.replace("%s", "?")
+
+
+@contextmanager
+def driver_transaction() -> Iterator[WriteCursor | None]:
+    """A durable write transaction on the database driver's connection, begun and committed
+    by its own ``BEGIN`` (SQLite: the configured ``BEGIN IMMEDIATE``) and ``COMMIT``: what
+    ``transaction.atomic(durable=True)`` does, without its bookkeeping. Yields the cursor for
+    the transaction's statements: the driver's, or Django's while Django is asked to see every
+    query (``DEBUG``, a captured query count, an ``execute_wrapper``).
+
+    Yields ``None`` instead, without beginning anything, inside a caller's transaction (or
+    with autocommit off): the caller then uses ``transaction.atomic(durable=True)``, which
+    refuses to nest but takes part in a test's transaction as a savepoint.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.in_atomic_block or not db.get_autocommit():
+        yield None
+        return
+    db.ensure_connection()
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            cursor.execute(_begin_sql(db.vendor, getattr(db, "transaction_mode", None)))
+            try:
+                if db.queries_logged or db.execute_wrappers:
+                    with db.cursor() as seen:
+                        yield WriteCursor(seen, db=db, driver=False)
+                else:
+                    yield WriteCursor(cursor, db=db, driver=True)
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+        finally:
+            cursor.close()
+
+
+@cache
+def _begin_sql(vendor: str, mode: str | None) -> str:
+    return f"BEGIN {mode}" if vendor == "sqlite" and mode else "BEGIN"
+
+
+def cluster_row_lock(cluster_id: str, *, cursor: WriteCursor | None = None) -> ClusterRow | None:
     """Read the cluster's row under its lock (``FOR UPDATE``; SQLite's transactions already hold
     the database's write lock from their start)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_lock_sql(connection.vendor), [cluster_id])
-        found = cursor.fetchone()
+    if cursor is None:
+        with _django_cursor() as django:
+            return cluster_row_lock(cluster_id, cursor=django)
+    cursor.execute(_lock_sql(cursor.vendor), [cluster_id])
+    found = cursor.fetchone()
     return None if found is None else ClusterRow(cluster_id, *found)
 
 
-def cluster_row_update(row: ClusterRow, fields: Sequence[str]) -> None:
+def cluster_row_update(
+    row: ClusterRow, fields: Sequence[str], *, cursor: WriteCursor | None = None
+) -> None:
     """Write ``fields`` of the row back (names of ``ClusterRow``'s columns)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _update_sql(connection.vendor, tuple(fields)),
-            [*(getattr(row, name) for name in fields), row.id],
-        )
+    if cursor is None:
+        with _django_cursor() as django:
+            cluster_row_update(row, fields, cursor=django)
+        return
+    cursor.execute(
+        _update_sql(cursor.vendor, tuple(fields)),
+        [*(getattr(row, name) for name in fields), row.id],
+    )
 
 
-def json_param(value: JSON) -> Any:
+def json_param(value: JSON, *, cursor: WriteCursor | None = None) -> Any:
     """A JSON value as the database driver takes it for a ``JSONField`` column."""
-    return connection.ops.adapt_json_value(value, None)
+    ops = cursor.ops if cursor is not None else connection.ops
+    return ops.adapt_json_value(value, None)
 
 
 def message_insert(
@@ -326,17 +513,22 @@ def message_insert(
     *,
     columns: tuple[str, ...] = MESSAGE_COLUMNS,
     json_as_text: bool = False,
+    cursor: WriteCursor | None = None,
 ) -> None:
     """Insert message rows given in ``columns`` order (attribute names of ``Message``); every
     other column of the model gets its default. JSON values are adapted with ``json_param``,
-    or, with ``json_as_text``, given as JSON text (cast to ``jsonb`` on PostgreSQL)."""
-    sql, defaults = _insert_sql(connection.vendor, columns, json_as_text)
+    or, with ``json_as_text``, given as JSON text (cast to ``jsonb`` on PostgreSQL). Runs on
+    ``cursor`` when given (a write transaction's), else on a Django cursor of its own."""
+    if cursor is None:
+        with _django_cursor() as django:
+            message_insert(rows, columns=columns, json_as_text=json_as_text, cursor=django)
+        return
+    sql, defaults = _insert_sql(cursor.vendor, columns, json_as_text)
     params = [(*row, *defaults) for row in rows] if defaults else rows
-    with connection.cursor() as cursor:
-        if len(params) == 1:
-            cursor.execute(sql, params[0])
-        else:
-            cursor.executemany(sql, params)
+    if len(params) == 1:
+        cursor.execute(sql, params[0])
+    else:
+        cursor.executemany(sql, params)
 
 
 @cache

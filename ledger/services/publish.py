@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ledger.records import MessageRecord
 from ledger.services.drafts import MessageDraft, drafts_check
-from ledger.services.writer import cluster_transaction
+from ledger.services.writer import cluster_append
 
 
 def now_ms() -> int:
@@ -20,8 +20,7 @@ def message_publish(*, cluster_id: str, draft: MessageDraft) -> MessageRecord:
     now = now_ms()
     # Checked before the cluster's lock is taken: other publishers wait for less.
     drafts_check([draft], single=True, now=now)
-    with cluster_transaction(cluster_id) as writer:
-        return writer.append([draft], now=now, single=True, checked=True)[0]
+    return cluster_append(cluster_id, [draft], now=now, single=True)[0]
 
 
 def message_publish_batch(
@@ -30,5 +29,4 @@ def message_publish_batch(
     """Store messages all or nothing, consecutive and 1 ms apart; deliver them after commit."""
     now = now_ms()
     drafts_check(drafts, now=now)
-    with cluster_transaction(cluster_id) as writer:
-        return writer.append(drafts, now=now, checked=True)
+    return cluster_append(cluster_id, drafts, now=now)

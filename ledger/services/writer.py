@@ -36,8 +36,10 @@ from ledger.services.imported_rows import (
 )
 from ledger.statements import (
     ClusterRow,
+    WriteCursor,
     cluster_row_lock,
     cluster_row_update,
+    driver_transaction,
     json_param,
     message_insert,
 )
@@ -62,14 +64,44 @@ def cluster_transaction(cluster_id: str, *, new: Cluster | None = None) -> Itera
         if new is not None:
             cluster: ClusterRow | None = ClusterRow.of(_cluster_insert(new))
         else:
-            cluster = cluster_row_lock(cluster_id) if text_problem(cluster_id) is None else None
+            cluster = cluster_row_lock(cluster_id) if _named(cluster_id) else None
         if cluster is None:
-            raise NotFound(
-                f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id}
-            )
+            raise _missing(cluster_id)
         writer = ClusterWriter(cluster)
         yield writer
         writer.flush()
+
+
+def cluster_append(
+    cluster_id: str, drafts: Sequence[MessageDraft], *, now: int, single: bool = False
+) -> list[MessageRecord]:
+    """A publish's transaction: ``cluster_transaction`` with one ``ClusterWriter.append`` of
+    drafts already checked (``drafts_check`` with the same ``now``), its statements run on the
+    database driver's own cursor between one ``BEGIN`` and ``COMMIT`` (docs/decisions/0175).
+    The same lock, statements, durability and delivery after the commit, in commit order;
+    inside a caller's transaction it is ``cluster_transaction`` itself."""
+    with bus.ordered_commit(cluster_id):
+        with driver_transaction() as cursor:
+            if cursor is None:
+                with cluster_transaction(cluster_id) as nested:
+                    return nested.append(drafts, now=now, single=single, checked=True)
+            found = cluster_row_lock(cluster_id, cursor=cursor) if _named(cluster_id) else None
+            if found is None:
+                raise _missing(cluster_id)
+            writer = ClusterWriter(found, cursor=cursor)
+            records = writer.append(drafts, now=now, single=single, checked=True)
+            writer.flush()
+        # Committed: handed to the bus as ``transaction.on_commit`` would, under the same lock.
+        bus.deliver_committed(writer.committed)
+    return records
+
+
+def _named(cluster_id: str) -> bool:
+    return text_problem(cluster_id) is None
+
+
+def _missing(cluster_id: str) -> NotFound:
+    return NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
 
 
 def _cluster_insert(cluster: Cluster) -> Cluster:
@@ -86,9 +118,13 @@ def _cluster_insert(cluster: Cluster) -> Cluster:
 class ClusterWriter:
     """Writes to one locked cluster; only ``cluster_transaction`` makes one."""
 
-    def __init__(self, cluster: ClusterRow) -> None:
+    def __init__(self, cluster: ClusterRow, *, cursor: WriteCursor | None = None) -> None:
         self._cluster = cluster
         self._changed: set[str] = set()
+        # With a driver transaction's cursor (``cluster_append``), the messages appended wait
+        # here for its commit; otherwise they are handed to ``transaction.on_commit``.
+        self._cursor = cursor
+        self.committed: list[MessageRecord] = []
 
     @property
     def cluster_id(self) -> str:
@@ -148,13 +184,17 @@ class ClusterWriter:
             ]
             message_insert(
                 [
-                    _row(record, draft, body_hash)
+                    _row(record, draft, body_hash, cursor=self._cursor)
                     for record, (_, draft, body_hash) in zip(records, plan.fresh, strict=True)
-                ]
+                ],
+                cursor=self._cursor,
             )
             plan.fill(records)
             self._advance(records)
-            bus.deliver_on_commit(records)
+            if self._cursor is None:
+                bus.deliver_on_commit(records)
+            else:
+                self.committed.extend(records)
         return plan.results()
 
     def import_messages(
@@ -247,7 +287,7 @@ class ClusterWriter:
     def flush(self) -> None:
         """Write what changed on the cluster row (one UPDATE, or none)."""
         if self._changed:
-            cluster_row_update(self._cluster, sorted(self._changed))
+            cluster_row_update(self._cluster, sorted(self._changed), cursor=self._cursor)
             self._changed.clear()
 
     # --- the steps of ``append`` ------------------------------------------------------------
@@ -302,7 +342,9 @@ class ClusterWriter:
                 self.state_set(STATE_BY_TOPIC[record.topic])
 
 
-def _row(record: MessageRecord, draft: MessageDraft, body_hash: str) -> tuple[Any, ...]:
+def _row(
+    record: MessageRecord, draft: MessageDraft, body_hash: str, *, cursor: WriteCursor | None
+) -> tuple[Any, ...]:
     """A published message's row, in ``MESSAGE_COLUMNS`` order."""
     return (
         record.cluster_id,
@@ -312,8 +354,8 @@ def _row(record: MessageRecord, draft: MessageDraft, body_hash: str) -> tuple[An
         record.topic,
         record.sender,
         record.receiver,
-        json_param(record.content),
-        None if record.metadata is None else json_param(record.metadata),
+        json_param(record.content, cursor=cursor),
+        None if record.metadata is None else json_param(record.metadata, cursor=cursor),
         replay_allowed(topic=record.topic, content=record.content, metadata=record.metadata),
         event_of(record.content),
         draft.idempotency_key,

@@ -162,3 +162,23 @@ def test_a_read_waits_at_most_its_bound() -> None:
     # then it goes ahead after the bound, saying so
     assert caught_up is False
     assert 0.2 <= time.monotonic() - started < 2
+
+
+def test_the_commits_of_one_moment_share_one_turn(
+    turns: Turns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a server's pipeline that gathers a woken cluster's commits for a second
+    import ledger.pipeline
+
+    monkeypatch.setattr(ledger.pipeline, "GATHER_SECONDS", 1.0)
+    cluster_create(cluster_id="a")
+    with override_settings(PIPELINE_MODE="thread", PIPELINE_SWEEP_SECONDS=60):
+        try:
+            # when three messages are published one after the other, each waking the cluster
+            for _ in range(3):
+                publish("a")
+            wait_until(lambda: cursor("a") == 3)
+        finally:
+            pipeline.stop()
+    # then one turn offered all three: one read and one cursor move, not one per commit
+    assert turns.batches == [("a", 3)]

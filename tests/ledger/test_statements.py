@@ -206,3 +206,37 @@ def test_a_message_by_id_is_the_orms(filled: str) -> None:
     for cluster_id, message_id in ((filled, "nope"), ("nope", "m1"), (filled, "m\x001")):
         with pytest.raises(NotFound):
             message_get(cluster_id=cluster_id, message_id=message_id)
+
+
+@pytest.mark.parametrize(
+    ("topics", "after", "upto", "limit"),
+    [
+        (["PLAN_READY", "VALIDATION_RESULT"], 0, None, 500),
+        (["PLAN_READY", "VALIDATION_RESULT", "PLAN_READY"], 7, 30, 500),
+        (["AGENT_LIFECYCLE"], 10, None, 3),
+        (["NOT_THERE"], 0, None, 10),
+    ],
+)
+def test_the_tail_of_some_topics_is_the_orms_answer_in_one_statement(
+    filled: str,
+    topics: list[str],
+    after: int,
+    upto: int | None,
+    limit: int,
+    django_assert_num_queries: Any,
+) -> None:
+    from ledger.models import Message
+    from ledger.selectors import message_record, message_tail_topics
+
+    # given what the ORM reads for the same tail
+    rows = Message.objects.filter(cluster_id=filled, topic__in=topics, sequence__gt=after)
+    if upto is not None:
+        rows = rows.filter(sequence__lte=upto)
+    expected = [message_record(m) for m in rows.order_by("sequence")[:limit]]
+    # when the snapshotter's read asks for it
+    with django_assert_num_queries(1):
+        found = message_tail_topics(
+            cluster_id=filled, topics=topics, after=after, up_to_sequence=upto, limit=limit
+        )
+    # then it is the same messages, in sequence order, from one statement
+    assert found == expected

@@ -1,0 +1,171 @@
+"""A publish's own transaction on the driver's connection, and the pipeline's quiet turns."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from ledger.bus import bus
+from ledger.errors import Conflict
+from ledger.models import Cluster, Message
+from ledger.pipeline import Batch, Pipeline
+from ledger.records import MessageRecord
+from ledger.services import MessageDraft, message_publish, message_publish_batch
+from ledger.statements import pipeline_cursor_move
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def open_transaction() -> bool:
+    """Whether the driver's connection is inside a transaction (nothing left half-done)."""
+    driver = connection.connection
+    if connection.vendor == "sqlite":
+        return bool(driver.in_transaction)
+    from psycopg.pq import TransactionStatus
+
+    return bool(driver.info.transaction_status != TransactionStatus.IDLE)
+
+
+def stored_elsewhere(cluster_id: str) -> list[int]:
+    """The sequences stored, read on another thread's connection: only what has committed."""
+    found: list[int] = []
+
+    def read() -> None:
+        try:
+            found.extend(
+                Message.objects.filter(cluster_id=cluster_id)
+                .order_by("sequence")
+                .values_list("sequence", flat=True)
+            )
+        finally:
+            connection.close()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join()
+    return found
+
+
+def test_a_publish_is_committed_before_it_is_delivered(cluster: str) -> None:
+    # given a subscriber that reads the ledger on another connection when a message arrives
+    seen: list[tuple[int, list[int]]] = []
+
+    def look(message: MessageRecord) -> None:
+        seen.append((message.sequence, stored_elsewhere(cluster)))
+
+    subscription = bus.subscribe(look)
+    try:
+        # when one message and then a batch are published, outside any transaction
+        message_publish(cluster_id=cluster, draft=MessageDraft(topic="A", sender="s"))
+        message_publish_batch(
+            cluster_id=cluster, drafts=[MessageDraft(topic="B", sender="s") for _ in range(3)]
+        )
+    finally:
+        bus.unsubscribe(subscription)
+    # then each was delivered in order, once every row of its transaction had committed
+    assert seen == [(1, [1]), (2, [1, 2, 3, 4]), (3, [1, 2, 3, 4]), (4, [1, 2, 3, 4])]
+    assert not open_transaction()
+
+
+def test_a_failing_publish_writes_nothing_and_leaves_no_transaction_open(cluster: str) -> None:
+    # given a database that fails the cluster row's update, after the messages' insert
+    def failing(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith("UPDATE"):
+            raise DatabaseError("disk I/O error")
+        return execute(sql, params, many, context)
+
+    delivered: list[int] = []
+    subscription = bus.subscribe(lambda m: delivered.append(m.sequence))
+    try:
+        # when a batch is published
+        with connection.execute_wrapper(failing), pytest.raises(DatabaseError):
+            message_publish_batch(
+                cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="s") for _ in range(5)]
+            )
+        # then nothing of it was stored or delivered, and the connection is usable at once
+        assert not open_transaction()
+        assert Message.objects.filter(cluster_id=cluster).count() == 0
+        assert Cluster.objects.get(pk=cluster).last_sequence == 0
+        message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+    finally:
+        bus.unsubscribe(subscription)
+    assert delivered == [1]
+    assert stored_elsewhere(cluster) == [1]
+
+
+def test_an_idempotency_conflict_rolls_back_and_keeps_the_connection(cluster: str) -> None:
+    # given a message stored under a key
+    draft = MessageDraft(topic="T", sender="s", idempotency_key="k")
+    first = message_publish(cluster_id=cluster, draft=draft)
+    # when the key comes back with another body, then a retry of the first
+    with pytest.raises(Conflict):
+        message_publish(
+            cluster_id=cluster,
+            draft=MessageDraft(topic="T", sender="other", idempotency_key="k"),
+        )
+    again = message_publish(cluster_id=cluster, draft=draft)
+    # then the conflict wrote nothing and the retry returns the original
+    assert not open_transaction()
+    assert again == first
+    assert stored_elsewhere(cluster) == [1]
+
+
+def test_a_publish_inside_a_callers_transaction_is_refused(cluster: str) -> None:
+    # when a publish is attempted inside another transaction
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+    # then nothing was stored: its commit is never someone else's
+    assert Message.objects.filter(cluster_id=cluster).count() == 0
+
+
+class Quiet:
+    """A stage that reads every batch and never writes."""
+
+    name = "quiet"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def plan(self, batch: Batch) -> None:
+        self.seen.extend(m.sequence for m in batch.live)
+
+
+def test_a_turn_with_nothing_to_write_moves_the_cursor_in_one_statement(cluster: str) -> None:
+    # given messages that no stage writes anything for
+    runner = Pipeline()
+    stage = Quiet()
+    runner.register(stage, order=1)
+    with override_settings(PIPELINE_MODE="off"):
+        message_publish_batch(
+            cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="s") for _ in range(3)]
+        )
+    # when the pipeline runs over them
+    with CaptureQueriesContext(connection) as captured:
+        moved = runner.run(cluster)
+    # then the stage saw them, and the cursor moved without a write transaction: the
+    # cluster and its messages read, one conditional UPDATE, one more read to find it caught up
+    verbs = [q["sql"].split()[0] for q in captured.captured_queries]
+    assert moved == 3
+    assert stage.seen == [1, 2, 3]
+    assert verbs == ["SELECT", "SELECT", "UPDATE", "SELECT"]
+    assert Cluster.objects.get(pk=cluster).pipeline_sequence == 3
+
+
+def test_the_cursor_moves_only_from_where_a_run_found_it(cluster: str) -> None:
+    # given a cluster of three messages whose cursor another run moved to 2
+    with override_settings(PIPELINE_MODE="off"):
+        message_publish_batch(
+            cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="s") for _ in range(3)]
+        )
+    assert pipeline_cursor_move(cluster_id=cluster, after=0, to=2)
+    # when a run that found it at 0 moves it, or one tries to pass the newest message
+    stale = pipeline_cursor_move(cluster_id=cluster, after=0, to=3)
+    too_far = pipeline_cursor_move(cluster_id=cluster, after=2, to=4)
+    # then neither moves it: each message is passed over once, and never one not there
+    assert (stale, too_far) == (False, False)
+    assert Cluster.objects.get(pk=cluster).pipeline_sequence == 2
