@@ -268,6 +268,25 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     (id_, created_at, state, config, template, params, last_sequence, labels, version, newest) = (
         found[0]
     )
+    return _cluster_record(
+        id_, created_at, state, config, template, params, last_sequence, labels, version, newest
+    )
+
+
+def _cluster_record(
+    id_: str,
+    created_at: int,
+    state: str,
+    config: Any,
+    template: str | None,
+    params: Any,
+    last_sequence: int,
+    labels: Any,
+    version: int | None,
+    activity: int | None,
+) -> ClusterRecord:
+    """A cluster's row, its JSON columns as stored, detached as ``selectors.cluster_record``
+    does (``activity``: its newest message's time)."""
     config, params = _json(config), _json(params)
     return ClusterRecord(
         id=id_,
@@ -278,7 +297,7 @@ def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
         params=params if isinstance(params, dict) else {},
         message_count=last_sequence,
         last_sequence=last_sequence,
-        last_activity=newest or None,
+        last_activity=activity or None,
         labels=labels_stored(_json(labels)),
         config_version=version or 1,
     )
@@ -318,19 +337,17 @@ def pipeline_cluster(*, cluster_id: str) -> tuple[ClusterRecord, int] | None:
     labels, version, cursor = found[0][8:]
     if cursor >= last_sequence:
         return None
-    config, params = _json(config), _json(params)
-    record = ClusterRecord(
-        id=id_,
-        created_at=created_at,
-        state=state,
-        config=config if isinstance(config, dict) else {},
-        template=template or None,
-        params=params if isinstance(params, dict) else {},
-        message_count=last_sequence,
-        last_sequence=last_sequence,
-        last_activity=last_timestamp or None,
-        labels=labels_stored(_json(labels)),
-        config_version=version or 1,
+    record = _cluster_record(
+        id_,
+        created_at,
+        state,
+        config,
+        template,
+        params,
+        last_sequence,
+        labels,
+        version,
+        last_timestamp,
     )
     return record, cursor
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic
 from django.conf import settings
@@ -24,6 +25,7 @@ from django.conf import settings
 from ledger.errors import ServiceError
 from ledger.keys import ApiKeyIdentity, api_key_authenticate, api_key_known
 from ledger.threads import in_database
+from ledger.validation import text_problem
 from runs.api import ClaimIn, ClaimOut, claim_filter
 from runs.waiting import claim_waiting
 from zeroshot_web.api import BoundedJsonParser
@@ -32,6 +34,8 @@ from zeroshot_web.middleware import CONTENT_SECURITY_POLICY
 from zeroshot_web.throttling import rate_count, retry_after
 
 logger = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=pydantic.BaseModel)
 
 PATH = "/api/v1/tasks/claim"
 # What Django's middleware adds to every API answer.
@@ -66,15 +70,29 @@ class Answer(Exception):
         self.status, self.body, self.headers = status, body, headers
 
 
-class ClaimRoute:
-    """Wraps the HTTP app; bearer-key claims are answered here."""
+class BearerRoute:
+    """Wraps the HTTP app; a ``POST`` to ``path`` (no query string) with a bearer key is
+    answered by ``answer`` in front of Django: the body read, the key checked and counted
+    against its rate limit, errors in the API's shape, the answer with Django's headers. A key
+    that is not known, with a session cookie beside it, goes on to Django with its body, as
+    Ninja tries the session next; any other request goes on untouched. ``seconds``, when set,
+    times each answered request."""
+
+    path: re.Pattern[str]
+    seconds: Any = None  # a prometheus_client Histogram
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
+    async def answer(
+        self, match: re.Match[str], body: bytes, identity: ApiKeyIdentity, arrived: float
+    ) -> Answer:
+        raise NotImplementedError
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = _bearer(scope) if _is_claim(scope) else None
-        if token is None:
+        match = self._match(scope)
+        token = _bearer(scope) if match is not None else None
+        if match is None or token is None:
             await self.app(scope, receive, send)
             return
         arrived = time.monotonic()
@@ -87,22 +105,35 @@ class ClaimRoute:
                     await self.app(scope, _replay(body, receive), send)
                     return
                 raise Answer(401, UNAUTHORIZED)
-            answer = await _claim(identity, body, arrived)
+            answer = await self.answer(match, body, identity, arrived)
         except Answer as done:
             answer = done
         except Exception:
-            logger.exception("unhandled error on POST %s", PATH)
+            logger.exception("unhandled error on POST %s", scope.get("path"))
             answer = Answer(500, SERVER_ERROR)
         await _send(send, answer)
+        if self.seconds is not None:
+            self.seconds.observe(time.monotonic() - arrived)
+
+    def _match(self, scope: Scope) -> re.Match[str] | None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("query_string"):
+            return None
+        path = scope.get("path", "")
+        match = self.path.fullmatch(path)
+        if match is None or text_problem(path) is not None:
+            return None  # Django answers: a 404, or the refusal of unstorable input
+        return match
 
 
-def _is_claim(scope: Scope) -> bool:
-    return (
-        scope["type"] == "http"
-        and scope.get("method") == "POST"
-        and scope.get("path") == PATH
-        and not scope.get("query_string")
-    )
+class ClaimRoute(BearerRoute):
+    """Bearer-key claims are answered here."""
+
+    path = re.compile(re.escape(PATH))
+
+    async def answer(
+        self, match: re.Match[str], body: bytes, identity: ApiKeyIdentity, arrived: float
+    ) -> Answer:
+        return await _claim(identity, body, arrived)
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -193,15 +224,23 @@ async def _run(fn: Any) -> Any:
 
 def _payload(body: bytes) -> ClaimIn:
     """The body as ``ClaimIn``, refused as the API's parser and schema refuse it."""
+    return _validated(ClaimIn, _parsed(body))
+
+
+def _parsed(body: bytes) -> Any:
+    """The JSON body as the API's parser reads it, refused as it refuses it."""
     if not body:
         raise _invalid([{"loc": [], "message": "Field required", "type": "missing"}])
-    request = _BodyOnly(body)
     try:
-        value = BoundedJsonParser().parse_body(request)  # type: ignore[arg-type]
+        return BoundedJsonParser().parse_body(_BodyOnly(body))  # type: ignore[arg-type]
     except ServiceError as error:
         raise Answer(error.status, error.to_dict()) from None
+
+
+def _validated(schema: type[Model], value: Any) -> Model:
+    """``value`` as ``schema``, refused with the API's 422 shape."""
     try:
-        return ClaimIn.model_validate(value)
+        return schema.model_validate(value)
     except pydantic.ValidationError as error:
         raise _invalid(
             [

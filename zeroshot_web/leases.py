@@ -16,96 +16,36 @@ and describe the routes in the OpenAPI schema. docs/decisions/0170-lease-route.m
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
-
-import pydantic
 
 from ledger.errors import ServiceError
 from ledger.keys import ApiKeyIdentity
 from ledger.threads import in_database
-from ledger.validation import text_problem
 from runs import services
 from runs.api import CompleteIn, FailIn, LeaseIn, TaskOut
-from zeroshot_web.claims import (
-    SERVER_ERROR,
-    UNAUTHORIZED,
-    Answer,
-    _bearer,
-    _body,
-    _has_header,
-    _identity,
-    _invalid,
-    _replay,
-    _send,
-)
-from zeroshot_web.limits import ASGIApp, Receive, Scope, Send
-from zeroshot_web.publishing import _parsed
-
-logger = logging.getLogger(__name__)
+from zeroshot_web.claims import Answer, BearerRoute, _parsed, _validated
 
 # Ninja's path parameter: one segment, any character but a slash.
 PATH = re.compile(r"/api/v1/tasks/([^/]+)/(complete|heartbeat|fail)")
 SCHEMAS: dict[str, type[LeaseIn]] = {"complete": CompleteIn, "heartbeat": LeaseIn, "fail": FailIn}
 
 
-class LeaseRoute:
-    """Wraps the HTTP app; bearer-key completions, heartbeats and failures are answered here."""
+class LeaseRoute(BearerRoute):
+    """Bearer-key completions, heartbeats and failures are answered here."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    path = PATH
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _match(scope)
-        token = _bearer(scope) if match is not None else None
-        if match is None or token is None:
-            await self.app(scope, receive, send)
-            return
-        task_id, call = match.group(1), match.group(2)
+    async def answer(
+        self, match: re.Match[str], body: bytes, identity: ApiKeyIdentity, arrived: float
+    ) -> Answer:
+        call, task_id = match.group(2), match.group(1)
+        payload: Any = _validated(SCHEMAS[call], _parsed(body))
         try:
-            body = await _body(receive)
-            identity = await _identity(token)
-            if identity is None:
-                if _has_header(scope, b"cookie"):
-                    # A session may still authenticate it, as Ninja tries it next.
-                    await self.app(scope, _replay(body, receive), send)
-                    return
-                raise Answer(401, UNAUTHORIZED)
-            answer = await _answer(call, task_id, body, identity)
-        except Answer as done:
-            answer = done
-        except Exception:
-            logger.exception("unhandled error on POST %s", scope.get("path"))
-            answer = Answer(500, SERVER_ERROR)
-        await _send(send, answer)
-
-
-def _match(scope: Scope) -> re.Match[str] | None:
-    if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("query_string"):
-        return None
-    path = scope.get("path", "")
-    match = PATH.fullmatch(path)
-    if match is None or text_problem(path) is not None:
-        return None  # Django answers: a 404, or the refusal of unstorable input
-    return match
-
-
-async def _answer(call: str, task_id: str, body: bytes, identity: ApiKeyIdentity) -> Answer:
-    value = _parsed(body)
-    try:
-        payload: Any = SCHEMAS[call].model_validate(value)
-    except pydantic.ValidationError as error:
-        raise _invalid(
-            [
-                {"loc": list(e["loc"]), "message": e["msg"], "type": e["type"]}
-                for e in error.errors()
-            ]
-        ) from None
-    try:
-        return Answer(200, await in_database(_run)(call, task_id, payload, identity.cluster_id))
-    except ServiceError as error:
-        raise Answer(error.status, error.to_dict()) from None
+            done = await in_database(_run)(call, task_id, payload, identity.cluster_id)
+        except ServiceError as error:
+            raise Answer(error.status, error.to_dict()) from None
+        return Answer(200, done)
 
 
 def _run(call: str, task_id: str, payload: Any, scope: str | None) -> dict[str, Any]:

@@ -15,9 +15,7 @@ the route in the OpenAPI schema. docs/decisions/0155-publish-route.md.
 
 from __future__ import annotations
 
-import logging
 import re
-import time
 from typing import Any
 
 import pydantic
@@ -27,25 +25,8 @@ from ledger.errors import Forbidden, ServiceError
 from ledger.keys import ApiKeyIdentity
 from ledger.schemas import BatchIn, MessageIn, batch_length_check
 from ledger.threads import in_database
-from ledger.validation import text_problem
 from operations.metrics import PUBLISH_SECONDS
-from zeroshot_web.api import BoundedJsonParser
-from zeroshot_web.claims import (
-    SERVER_ERROR,
-    UNAUTHORIZED,
-    Answer,
-    _bearer,
-    _body,
-    _BodyOnly,
-    _has_header,
-    _identity,
-    _invalid,
-    _replay,
-    _send,
-)
-from zeroshot_web.limits import ASGIApp, Receive, Scope, Send
-
-logger = logging.getLogger(__name__)
+from zeroshot_web.claims import Answer, BearerRoute, _parsed, _validated
 
 
 def _plain(schema: type[pydantic.BaseModel], **fields: Any) -> type[pydantic.BaseModel]:
@@ -68,64 +49,26 @@ _Batch = _plain(BatchIn, messages=(list[_Message], ...))  # type: ignore[valid-t
 PATH = re.compile(r"/api/v1/clusters/([^/]+)/messages(/batch)?")
 
 
-class PublishRoute:
-    """Wraps the HTTP app; bearer-key publishes are answered here."""
+class PublishRoute(BearerRoute):
+    """Bearer-key publishes are answered here."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    path = PATH
+    seconds = PUBLISH_SECONDS
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _match(scope)
-        token = _bearer(scope) if match is not None else None
-        if match is None or token is None:
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        cluster_id, batch = match.group(1), match.group(2) is not None
-        try:
-            body = await _body(receive)
-            identity = await _identity(token)
-            if identity is None:
-                if _has_header(scope, b"cookie"):
-                    # A session may still authenticate it, as Ninja tries it next.
-                    await self.app(scope, _replay(body, receive), send)
-                    return
-                raise Answer(401, UNAUTHORIZED)
-            answer = await _publish(body, cluster_id, batch, identity)
-        except Answer as done:
-            answer = done
-        except Exception:
-            logger.exception("unhandled error on POST %s", scope.get("path"))
-            answer = Answer(500, SERVER_ERROR)
-        await _send(send, answer)
-        PUBLISH_SECONDS.observe(time.perf_counter() - started)
-
-
-def _match(scope: Scope) -> re.Match[str] | None:
-    if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("query_string"):
-        return None
-    path = scope.get("path", "")
-    match = PATH.fullmatch(path)
-    if match is None or text_problem(path) is not None:
-        return None  # Django answers: a 404, or the refusal of unstorable input
-    return match
+    async def answer(
+        self, match: re.Match[str], body: bytes, identity: ApiKeyIdentity, arrived: float
+    ) -> Answer:
+        return await _publish(body, match.group(1), match.group(2) is not None, identity)
 
 
 async def _publish(body: bytes, cluster_id: str, batch: bool, identity: ApiKeyIdentity) -> Answer:
     value = _parsed(body)
-    try:
-        if batch:
+    if batch:
+        try:
             batch_length_check(value)
-        payload: Any = (_Batch if batch else _Message).model_validate(value)
-    except ServiceError as error:  # a batch over the limit
-        raise Answer(error.status, error.to_dict()) from None
-    except pydantic.ValidationError as error:
-        raise _invalid(
-            [
-                {"loc": list(e["loc"]), "message": e["msg"], "type": e["type"]}
-                for e in error.errors()
-            ]
-        ) from None
+        except ServiceError as error:  # a batch over the limit
+            raise Answer(error.status, error.to_dict()) from None
+    payload: Any = _validated(_Batch if batch else _Message, value)
     try:
         if not identity.may_access(cluster_id):  # require_cluster, after the body as there
             raise Forbidden(
@@ -141,14 +84,5 @@ async def _publish(body: bytes, cluster_id: str, batch: bool, identity: ApiKeyId
             cluster_id=cluster_id, draft=MessageIn.draft(payload)
         )
         return Answer(201, record.to_wire())
-    except ServiceError as error:
-        raise Answer(error.status, error.to_dict()) from None
-
-
-def _parsed(body: bytes) -> Any:
-    if not body:
-        raise _invalid([{"loc": [], "message": "Field required", "type": "missing"}])
-    try:
-        return BoundedJsonParser().parse_body(_BodyOnly(body))  # type: ignore[arg-type]
     except ServiceError as error:
         raise Answer(error.status, error.to_dict()) from None
