@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 
 Member = TypeVar("Member")
 
+# The event that ends a subscription's reader (``GroupFanout.leave``), and how long the last
+# member to leave waits for it to end before it cancels it.
+STOP_EVENT_TYPE = "fanout.stop"
+READER_STOP_SECONDS = 5.0
+
 
 class _Subscription(Generic[Member]):
     """One group on one event loop: its channel, its reader and its local members."""
@@ -91,18 +96,27 @@ class GroupFanout(Generic[Member]):
         if subscription.members:
             return
         del self._subscriptions[key]
-        if subscription.reader is not None:
-            subscription.reader.cancel()
-        started = subscription.started
+        reader, started = subscription.reader, subscription.started
+        layer = get_channel_layer()
         if (
-            started is not None
-            and started.done()
-            and not started.cancelled()
-            and started.exception() is None
+            reader is None
+            or layer is None
+            or started is None
+            or not started.done()
+            or started.cancelled()
+            or started.exception() is not None
         ):
-            layer = get_channel_layer()
-            if layer is not None:
-                await layer.group_discard(group, subscription.channel)
+            if reader is not None:
+                reader.cancel()
+            return
+        await layer.group_discard(group, subscription.channel)
+        # The reader is told to end by an event of its own rather than cancelled: a receive
+        # cancelled in the middle of its Redis read does not always end (channels-redis with
+        # redis-py), and a task that never ends blocks its event loop's shutdown.
+        await layer.send(subscription.channel, {"type": STOP_EVENT_TYPE})
+        _, pending = await asyncio.wait({reader}, timeout=READER_STOP_SECONDS)
+        if pending:
+            reader.cancel()
 
     def members(self, group: str) -> list[Member]:
         """The members of ``group`` on the running event loop (for the tests and a debugger)."""
@@ -127,6 +141,8 @@ class GroupFanout(Generic[Member]):
     async def _read(self, layer: Any, subscription: _Subscription[Member]) -> None:
         while True:
             event = await layer.receive(subscription.channel)
+            if event.get("type") == STOP_EVENT_TYPE:
+                return
             try:
                 await self.deliver(list(subscription.members), event)
             except Exception:
