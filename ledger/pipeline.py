@@ -577,18 +577,23 @@ class _Scheduler:
             self._queued.add(cluster_id)
             self._cond.notify()
 
+    def _release_due(self, now: float) -> None:
+        """Queue the clusters whose gathering or backoff has ended (under the condition), in
+        the order they became due."""
+        while self._delayed and self._delayed[0][0] <= now:
+            due, cluster_id = heapq.heappop(self._delayed)
+            if self._waiting.get(cluster_id) == due:
+                del self._waiting[cluster_id]
+                self._enqueue(cluster_id)
+            elif self._gathering.get(cluster_id) == due:
+                del self._gathering[cluster_id]
+                self._enqueue(cluster_id)
+
     def _next(self) -> str | None:
         """The next cluster to run (under the condition), or None when stopping."""
         while not self._stopping:
             now = time.monotonic()
-            while self._delayed and self._delayed[0][0] <= now:
-                due, cluster_id = heapq.heappop(self._delayed)
-                if self._waiting.get(cluster_id) == due:
-                    del self._waiting[cluster_id]
-                    self._enqueue(cluster_id)
-                elif self._gathering.get(cluster_id) == due:
-                    del self._gathering[cluster_id]
-                    self._enqueue(cluster_id)
+            self._release_due(now)
             if self._ready:
                 cluster_id = self._ready.popleft()
                 self._queued.discard(cluster_id)
@@ -628,11 +633,12 @@ class _Scheduler:
                     self._waiting[cluster_id] = due
                     heapq.heappush(self._delayed, (due, cluster_id))
                     self._cond.notify_all()
-                elif turn.again or again:
-                    # Woken during its turn: what commits meanwhile shares the next one.
+                elif turn.again or again or turn.moved:
+                    # Round again (more to do, or woken during its turn): it gathers like a
+                    # woken cluster, so the queue keeps the order in which clusters became
+                    # ready (one back from its turn never passes one woken meanwhile), and
+                    # what commits meanwhile shares its next turn.
                     self._gather(cluster_id)
-                elif turn.moved:
-                    self._enqueue(cluster_id)
 
     def _sweep(self) -> None:
         while not self._stopping:
@@ -645,7 +651,10 @@ class _Scheduler:
                 close_old_connections()
             with self._cond:
                 for cluster_id in lagging:
-                    self._gather(cluster_id)
+                    # A cluster on a worker lags by its own turn, and goes round after it
+                    # while it has more: marking it again would only delay it.
+                    if cluster_id not in self._busy:
+                        self._gather(cluster_id)
             self._stopped.wait(self._sweep_seconds)
 
 

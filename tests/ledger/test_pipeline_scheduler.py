@@ -13,7 +13,7 @@ from django.test import override_settings
 from pytest_django import DjangoAssertNumQueries
 
 from ledger.models import Cluster, Message
-from ledger.pipeline import Batch, pipeline
+from ledger.pipeline import GATHER_SECONDS, Batch, pipeline
 from ledger.services import ClusterWriter, MessageDraft, cluster_create, message_publish, now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,8 +26,17 @@ class Turns:
     name: str = "turns"
     batches: list[tuple[str, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set when a turn reaches this stage; turns wait at the gate until it is set (open unless
+    # a test closes it).
+    entered: threading.Event = field(default_factory=threading.Event)
+    gate: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
 
     def plan(self, batch: Batch) -> None:
+        self.entered.set()
+        assert self.gate.wait(timeout=10)
         with self.lock:
             self.batches.append((batch.cluster.id, len(batch.messages)))
 
@@ -64,16 +73,26 @@ def test_clusters_take_turns_of_a_bounded_batch(turns: Turns) -> None:
             cluster_create(cluster_id=cid)
             for _ in range(30):
                 publish(cid)
-    # when one worker with turns of 10 messages runs them
-    with override_settings(PIPELINE_MODE="thread", PIPELINE_WORKERS=1, PIPELINE_TURN_MESSAGES=10):
+    # when one worker with turns of 10 messages runs them, "b" woken only once the first turn
+    # of "a" is under way, and its gathering over before that turn ends
+    turns.gate.clear()
+    with override_settings(
+        PIPELINE_MODE="thread",
+        PIPELINE_WORKERS=1,
+        PIPELINE_TURN_MESSAGES=10,
+        PIPELINE_SWEEP_SECONDS=60,
+    ):
         try:
             pipeline.wake("a")
+            assert turns.entered.wait(timeout=10)
             pipeline.wake("b")
+            time.sleep(GATHER_SECONDS * 5)
+            turns.gate.set()
             wait_until(lambda: cursor("a") == cursor("b") == 30)
         finally:
             pipeline.stop()
-    # then the clusters alternated (whichever the sweep or a wake queued first), 10 messages a
-    # turn, until both were caught up
+    # then the clusters alternated, 10 messages a turn, until both were caught up: "a" went
+    # back to the end of the queue, behind "b"
     assert [size for _, size in turns.batches] == [10] * 6
     order = [cid for cid, _ in turns.batches]
     assert order in (["a", "b"] * 3, ["b", "a"] * 3)
