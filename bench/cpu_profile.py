@@ -91,6 +91,7 @@ def server_command(kind: str, port: int) -> list[str]:
         return [
             "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
             "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+            "--ws-per-message-deflate", "false", "--lifespan", "on",
             "--no-access-log", "--log-level", "warning", app,
         ]  # fmt: skip
     if kind == "granian":

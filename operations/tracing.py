@@ -69,6 +69,22 @@ def tracing_configure() -> None:
     tracing_use(processor)
 
 
+def tracing_flush(timeout_ms: int = 10_000) -> bool:
+    """Export the spans still queued (the server's lifespan shutdown calls it); True when done.
+
+    The exit hook (``atexit``) shuts the processor down too, but a server stopped by a signal
+    may end before it runs; the ASGI lifespan's shutdown comes first, while the loop still runs.
+    """
+    processor = _processor
+    if processor is None:
+        return True
+    try:
+        return bool(processor.force_flush(timeout_ms))
+    except Exception:  # a trace is never worth a failed shutdown
+        logger.exception("the queued spans were not exported at shutdown")
+        return False
+
+
 def tracing_use(processor: SpanProcessor | None) -> None:
     """Send the spans to ``processor`` from now on (None: stop tracing); connects the receivers."""
     global _processor, _resource

@@ -19,6 +19,7 @@ from django.conf import settings  # noqa: E402
 from ledger import interfaces as ledger  # noqa: E402
 from operations.metrics import WebsocketCounter  # noqa: E402
 from operations.schedule import retention_daily  # noqa: E402
+from operations.tracing import tracing_flush  # noqa: E402
 from zeroshot_web.claims import ClaimRoute  # noqa: E402
 from zeroshot_web.leases import LeaseRoute  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
@@ -52,6 +53,9 @@ class PipelineStarter:
         self.started = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
         if not self.started:
             self.started = True
             # Live pushes from threads without a loop (the pipeline's) go to the server's loop.
@@ -60,6 +64,20 @@ class PipelineStarter:
                 ledger.pipeline.start()
             retention_daily.start()  # when OPERATIONS_RETENTION asks for it
         await self.app(scope, receive, send)
+
+
+async def lifespan(receive: Any, send: Any) -> None:
+    """The ASGI lifespan (uvicorn runs with ``--lifespan on``): nothing to do at startup (the
+    pipeline starts with the first connection); at shutdown, the queued trace spans are exported
+    while the process still runs (docs/decisions/0190)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await asyncio.to_thread(tracing_flush)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 application = PipelineStarter(
