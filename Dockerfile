@@ -1,5 +1,5 @@
 # The server's image: slim Python, the dependencies pinned in pyproject.toml, static files
-# collected at build time, daphne serving as a user without privileges. compose.yaml runs it as
+# collected at build time, uvicorn serving as a user without privileges. compose.yaml runs it as
 # N servers behind one port, a migration job and runners; docs/operators-guide.md ("Deploy with
 # containers") says how to scale each part. tests/deploy/test_deployment.py runs this file's CMD.
 FROM python:3.11-slim
@@ -35,5 +35,13 @@ EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"]
 
-# One server process: daphne with a listen queue that holds a burst of long-poll claims.
-CMD ["daphne", "-e", "tcp:port=8000:interface=0.0.0.0:backlog=1024", "zeroshot_web.asgi:application"]
+# One server process (about one core; docs/decisions/0190-uvicorn.md): uvicorn on uvloop and
+# httptools, a listen queue that holds a burst of long-poll claims, websockets without
+# compression, the lifespan (traces flushed at shutdown), no access log line per request.
+# Keep-alive outlasts nginx's upstream keepalive (60 s); a stop lets requests end for 5 s.
+# X-Forwarded-* are Django's to trust (DJANGO_BEHIND_PROXY), not the server's.
+CMD ["uvicorn", "--host", "0.0.0.0", "--port", "8000", "--backlog", "1024", \
+     "--loop", "uvloop", "--http", "httptools", "--ws", "websockets", \
+     "--ws-per-message-deflate", "false", "--lifespan", "on", "--no-access-log", \
+     "--no-proxy-headers", "--timeout-keep-alive", "75", "--timeout-graceful-shutdown", "5", \
+     "zeroshot_web.asgi:application"]

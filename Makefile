@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## Set up, fill an embedded SQLite database with demo data, serve the dashboard on :8000 with
-## daphne (as in production), and run scripted demo agents beside it (press Start on a template
-## to watch a cluster run).
+## uvicorn (as the Dockerfile's CMD serves it in production), and run scripted demo agents
+## beside it (press Start on a template to watch a cluster run).
 run: export DJANGO_DEBUG = 1
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -27,7 +27,10 @@ run: $(STAMP)
 	(sleep 3; exec $(PY) manage.py run_agents --url http://$(HOST):$(PORT) --provider scripted \
 	    --label pool=demo --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
 	trap 'kill $$! 2>/dev/null' EXIT INT TERM; \
-	$(PY) -m daphne -b $(HOST) -p $(PORT) zeroshot_web.asgi:application
+	$(PY) -m uvicorn --host $(HOST) --port $(PORT) --backlog 1024 --loop uvloop --http httptools \
+	    --ws websockets --ws-per-message-deflate false --lifespan on --no-access-log \
+	    --no-proxy-headers --timeout-keep-alive 75 --timeout-graceful-shutdown 5 \
+	    zeroshot_web.asgi:application
 
 ## Record the demo again (dashboard/demo/recorded.json) by running its scenarios from their
 ## templates on a throwaway SQLite database; `make run` loads the recording.

@@ -1,4 +1,4 @@
-"""Crash test: publishers against daphne while the server is killed with SIGKILL and restarted.
+"""Crash test: publishers against the server while it is killed with SIGKILL and restarted.
 
 Usage::
 
@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python bench/crash_test.py --database postgres  # a fresh PostgreSQL database
         [--postgres-url postgres://postgres@127.0.0.1:5432/postgres] [--kills 3] [--clients 4]
 
+The server is the image's command (the Dockerfile's CMD, uvicorn) on a free port of the loopback.
 Not part of the test suite (see bench/README.md). Clients publish singles and batches over HTTP
 with their own message ids and idempotency keys; a request that fails (the server died under
 it) is retried with the same body until it is acknowledged, as an agent would retry. Meanwhile
@@ -75,8 +76,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def server_argv(port: int) -> list[str]:
+    """The Dockerfile's CMD (its exec form) on ``port`` of the loopback, run by this Python."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith("CMD ")]
+    program, *argv = json.loads(line[len("CMD ") :])
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    argv[argv.index("--port") + 1] = str(port)
+    return [sys.executable, "-m", program, *argv]
+
+
 class Server:
-    """daphne in a subprocess over the test's database; killed with SIGKILL, started again."""
+    """The production server in a subprocess over the test's database; killed with SIGKILL,
+    started again."""
 
     def __init__(self, env: dict[str, str], port: int, log: Path) -> None:
         self.env, self.port, self.log = env, port, log
@@ -86,16 +98,7 @@ class Server:
         began = time.monotonic()
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "zeroshot_web.asgi:application",
-                ],
+                server_argv(self.port),
                 cwd=ROOT,
                 env=self.env,
                 stdout=out,
@@ -104,13 +107,13 @@ class Server:
         deadline = began + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited early; see {self.log}")
+                raise RuntimeError(f"the server exited early; see {self.log}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return time.monotonic() - began
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"daphne did not listen on {self.port}; see {self.log}")
+        raise RuntimeError(f"the server did not listen on {self.port}; see {self.log}")
 
     def kill(self) -> None:
         assert self.process is not None
@@ -320,7 +323,7 @@ def main() -> None:
     cluster_create(cluster_id=CLUSTER)
     key = api_key_create(name="crash-test")[1]
 
-    server = Server(env, free_port(), workdir / "daphne.log")
+    server = Server(env, free_port(), workdir / "server.log")
     rng = random.Random(args.seed)
     stop = threading.Event()
     started = time.monotonic()

@@ -7,7 +7,7 @@ were handed over, and whatever queued up while a send was in flight goes out coa
 costs one group send, not a hundred.
 
 Which event loop sends (docs/decisions/0070-push-loop.md): the loop of the async code that
-called into the publisher (daphne's, for a request; a test's, for a communicator), else the
+called into the publisher (the server's, for a request; a test's, for a communicator), else the
 loop the server registered (``serve_on``, for the pipeline's thread), else a loop of our own
 in a daemon thread (a command, a benchmark: no socket of this process listens there, and a
 Redis layer carries the messages to the servers'). Channel layers are bound to the loop their

@@ -1,7 +1,7 @@
 """Every command block of the README works when pasted, in order, after ``make run``.
 
 The server is what ``make run`` serves: a fresh SQLite database in its own data folder,
-migrated, with the demo loaded, and daphne with ``DJANGO_DEBUG=1`` (here on a free port, which
+migrated, with the demo loaded, and the server with ``DJANGO_DEBUG=1`` (here on a free port, which
 replaces ``localhost:8000`` in the commands). The blocks then run in one shell, one after the
 other (a ``KEY`` set in one is there for the next), as an operator in a second terminal at the
 repository's root: no venv on ``PATH``, no ``DJANGO_*`` variables, nothing of the suite's
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import DaphneServer
+from tests.live_server import Server
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -72,7 +72,7 @@ def operator_env(data_dir: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def make_run_server(tmp_path: Path) -> Iterator[tuple[DaphneServer, dict[str, str]]]:
+def make_run_server(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
     """What `make run` serves, over a fresh database; with the operator's shell environment."""
     shell_env = operator_env(tmp_path / "data")
     server_env = {
@@ -88,7 +88,7 @@ def make_run_server(tmp_path: Path) -> Iterator[tuple[DaphneServer, dict[str, st
             check=True,
             capture_output=True,
         )
-    server = DaphneServer(server_env, tmp_path / "daphne.log")
+    server = Server(server_env, tmp_path / "server.log")
     server.start()
     try:
         yield server, shell_env
@@ -103,7 +103,7 @@ def test_readme_blocks_are_what_this_test_runs() -> None:
 
 
 def test_every_readme_command_block_works_in_order_after_make_run(
-    make_run_server: tuple[DaphneServer, dict[str, str]], tmp_path: Path
+    make_run_server: tuple[Server, dict[str, str]], tmp_path: Path
 ) -> None:
     server, env = make_run_server
     blocks = readme_blocks(README.read_text())[1:]

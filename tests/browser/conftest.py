@@ -1,10 +1,11 @@
 """Live-server and Playwright fixtures for the browser tests (SQLite run only).
 
-The server is daphne in a subprocess serving ``zeroshot_web.asgi:application`` over the test
-database: the same file (SQLite) or the same test database (PostgreSQL) that pytest-django set
-up, passed in ``DATABASE_URL``. A subprocess rather than a thread because Twisted's reactor runs
-once per process, and because the in-memory channel layer then lives in the one process that
-publishes (through the API) and pushes (to the browser) — exactly as in production. Static files
+The server is the image's command (``tests.live_server.Server``: uvicorn, as the Dockerfile
+runs it) in a subprocess serving ``zeroshot_web.asgi:application`` over the test database: the
+same file (SQLite) or the same test database (PostgreSQL) that pytest-django set up, passed in
+``DATABASE_URL``. A subprocess rather than a thread because the in-memory channel layer then
+lives in the one process that publishes (through the API) and pushes (to the browser), exactly
+as in production. Static files
 are collected once into a temporary data folder and served by whitenoise with ``DEBUG`` off.
 
 Tests using ``live_url`` need ``pytest.mark.django_db(transaction=True)``: rows a test writes must
@@ -17,10 +18,8 @@ Fixtures: ``live_url``, ``own_server`` (a server the test may restart), ``browse
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from django.test import Client
 
 from ledger.bus import bus
 from tests.conftest import subprocess_database_url
+from tests.live_server import Server
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -50,74 +50,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         tail = _server_logs[0].read_text(errors="replace").splitlines()[-60:]
         report.sections.append(("live server log (tail)", "\n".join(tail)))
     return report
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"daphne exited early:\n{log.read_text()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"daphne did not listen on {port}:\n{log.read_text()}")
-
-
-class DaphneServer:
-    """daphne serving the project over the test database, in a subprocess; stop and start it.
-
-    Started again on the same port after a stop: a browser page that lost its socket can then
-    find its server back, as after a restart in production.
-    """
-
-    def __init__(self, env: dict[str, str], log: Path, port: int | None = None) -> None:
-        self.env = env
-        self.log = log
-        self.port = port or _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "zeroshot_web.asgi:application",
-                ],
-                env=self.env,
-                cwd=REPO,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_until_listening(self.port, self.process, self.log)
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
 
 
 @pytest.fixture(scope="session")
@@ -149,11 +81,11 @@ def _server_env(
 
 @pytest.fixture(scope="session")
 def _live_server(_server_env: tuple[dict[str, str], Path]) -> Iterator[str]:
-    """Start daphne once per session over the test database; yield its base URL."""
+    """Start the server once per session over the test database; yield its base URL."""
     env, data_dir = _server_env
-    log = data_dir / "daphne.log"
+    log = data_dir / "server.log"
     _server_logs[:] = [log]
-    server = DaphneServer(env, log)
+    server = Server(env, log)
     server.start()
     try:
         yield server.url
@@ -164,10 +96,10 @@ def _live_server(_server_env: tuple[dict[str, str], Path]) -> Iterator[str]:
 @pytest.fixture
 def own_server(
     _server_env: tuple[dict[str, str], Path], transactional_db: None
-) -> Iterator[DaphneServer]:
+) -> Iterator[Server]:
     """A server of this test's own, which the test may stop and start again."""
     env, data_dir = _server_env
-    server = DaphneServer(env, data_dir / "own-daphne.log")
+    server = Server(env, data_dir / "own-server.log")
     server.start()
     try:
         yield server

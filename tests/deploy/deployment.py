@@ -2,7 +2,7 @@
 running what they say as local processes, for the tests of tests/deploy/.
 
 Containers do not run here, so each part runs as the command its container would run: the
-image's CMD (daphne) with the image's ENV and compose's environment, compose's migrate and
+image's CMD (uvicorn) with the image's ENV and compose's environment, compose's migrate and
 runner commands, and, standing in for nginx, a small TCP proxy that balances over the upstreams
 of deploy/nginx.conf in turn and skips one that refuses connections.
 """
@@ -10,7 +10,6 @@ of deploy/nginx.conf in turn and skips one that refuses connections.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shlex
@@ -27,38 +26,20 @@ from typing import Any
 
 import yaml
 
-from tests.live_server import REPO, free_port
+from tests.live_server import (
+    REPO,
+    dockerfile_cmd,
+    dockerfile_instructions,
+    dockerfile_values,
+    free_port,
+    served_cmd,
+)
 
-DOCKERFILE = REPO / "Dockerfile"
 COMPOSE = REPO / "compose.yaml"
 NGINX = REPO / "deploy" / "nginx.conf"
 
 
 # --- Dockerfile ----------------------------------------------------------------------------------
-
-
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
-    lines: list[str] = []
-    current = ""
-    for raw in DOCKERFILE.read_text().splitlines():
-        stripped = raw.strip()
-        if not current and (not stripped or stripped.startswith("#")):
-            continue
-        if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
-            continue
-        lines.append(current + stripped)
-        current = ""
-    found = []
-    for line in lines:
-        instruction, _, arguments = line.partition(" ")
-        found.append((instruction.upper(), arguments.strip()))
-    return found
-
-
-def dockerfile_values(instruction: str) -> list[str]:
-    return [args for name, args in dockerfile_instructions() if name == instruction]
 
 
 def dockerfile_env() -> dict[str, str]:
@@ -69,15 +50,6 @@ def dockerfile_env() -> dict[str, str]:
             key, _, value = pair.partition("=")
             env[key] = value
     return env
-
-
-def dockerfile_cmd() -> list[str]:
-    """The image's CMD, which must be the exec (JSON) form."""
-    (cmd,) = dockerfile_values("CMD")
-    argv = json.loads(cmd)
-    assert isinstance(argv, list), cmd
-    assert all(isinstance(a, str) for a in argv), cmd
-    return argv
 
 
 def build_context() -> list[Path]:
@@ -223,16 +195,9 @@ def executable(name: str) -> str:
 
 
 def server_argv(port: int) -> list[str]:
-    """The image's CMD, listening on ``port`` of the loopback instead of 8000 on every address."""
-    argv = dockerfile_cmd()
-    endpoint = [i for i, a in enumerate(argv) if a.startswith("tcp:")]
-    assert len(endpoint) == 1, argv
-    spec = argv[endpoint[0]]
-    assert "port=8000" in spec, spec
-    assert "interface=0.0.0.0" in spec, spec
-    argv[endpoint[0]] = spec.replace("port=8000", f"port={port}").replace(
-        "interface=0.0.0.0", "interface=127.0.0.1"
-    )
+    """The image's CMD, listening on ``port`` of the loopback instead of 8000 on every address
+    (``tests.live_server.served_cmd``), its program found as the image's PATH would."""
+    argv = served_cmd(port)
     return [executable(argv[0]), *argv[1:]]
 
 
@@ -264,4 +229,4 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-__all__ = ["REPO", "free_port"]
+__all__ = ["REPO", "dockerfile_cmd", "dockerfile_instructions", "dockerfile_values", "free_port"]

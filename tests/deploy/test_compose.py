@@ -69,8 +69,22 @@ def test_the_image_is_slim_unprivileged_collects_its_static_files_and_checks_its
     assert "http://127.0.0.1:8000/healthz" in healthcheck
     assert dockerfile_values("EXPOSE") == ["8000"]
     cmd = dockerfile_cmd()
-    assert cmd[0] == "daphne"
+    assert cmd[0] == "uvicorn"
     assert cmd[-1] == "zeroshot_web.asgi:application"
+    # the server the figures chose (docs/decisions/0190-uvicorn.md), as they measured it
+    for flag, value in {
+        "--host": "0.0.0.0",
+        "--port": "8000",
+        "--backlog": "1024",
+        "--loop": "uvloop",
+        "--http": "httptools",
+        "--ws": "websockets",
+        "--ws-per-message-deflate": "false",
+        "--lifespan": "on",
+    }.items():
+        assert flag in cmd, flag
+        assert cmd[cmd.index(flag) + 1] == value, flag
+    assert "--no-access-log" in cmd
     env = dockerfile_env()
     assert env["DJANGO_SETTINGS_MODULE"] == "zeroshot_web.settings"
     # static files are collected out of the data volume, which would hide them
@@ -152,7 +166,7 @@ def test_three_servers_and_two_runners_finish_a_cluster_while_a_server_is_killed
         if not k.startswith(("DJANGO_", "ZEROSHOT_", "API_", "LEDGER_", "PROMETHEUS_"))
         and k not in {"DATABASE_URL", "REDIS_URL"}
     }
-    # the image's python (and daphne) first on the PATH, as in the image
+    # the image's python (and uvicorn) first on the PATH, as in the image
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     image = {
         k: v.replace("/app/staticfiles", str(tmp_path / "static")).replace(

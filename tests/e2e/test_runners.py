@@ -1,4 +1,5 @@
-"""Clusters run end to end by real processes: daphne and runners with CLI agents (SPEC §7.6)."""
+"""Clusters run end to end by real processes: the server (the image's command) and runners with
+CLI agents (SPEC §7.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A thousand waiting claims on one real server (daphne in a subprocess): they cost no thread,
-other requests stay fast, each ends on time, and a task queued meanwhile goes to one of them."""
+"""A thousand waiting claims on one real server (the image's command in a subprocess): they cost
+no thread, other requests stay fast, each ends on time, and a task queued meanwhile goes to one
+of them."""
 
 from __future__ import annotations
 
