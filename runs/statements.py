@@ -135,6 +135,30 @@ def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
 
 
 @cache
+def _task_insert(
+    vendor: str, names: tuple[str, ...]
+) -> tuple[str, tuple[Field[Any, Any], ...], tuple[Any, ...]]:
+    """The INSERT of a task given ``names`` (attribute names), every other column its default:
+    its SQL, the given columns' fields and the others' values, prepared once."""
+    fields = tuple(_field(Task, name) for name in names)
+    others = [f for f in _TASK_FIELDS if f.attname not in names]
+    defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
+    columns = ", ".join(_q(str(f.column)) for f in (*fields, *others))
+    marks = ", ".join(["%s"] * (len(fields) + len(others)))
+    return f"INSERT INTO {_table(Task)} ({columns}) VALUES ({marks})", fields, defaults
+
+
+def task_insert(**values: Any) -> None:
+    """``Task.objects.create(**values)`` (attribute names), as one prebuilt INSERT; every
+    column not given gets the model's default."""
+    sql, fields, defaults = _task_insert(connection.vendor, tuple(values))
+    params = [
+        f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)
+    ]
+    _count(sql, [*params, *defaults])
+
+
+@cache
 def _task_cluster_sql(vendor: str) -> str:
     return f"SELECT {_col(Task, 'cluster')} FROM {_table(Task)} WHERE {_col(Task, 'id')} = %s"
 

@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Q
 from django.test.utils import CaptureQueriesContext
 
@@ -136,10 +136,38 @@ def test_a_task_read_and_saved_is_the_orms() -> None:
     assert (saved.completion_messages, saved.error) == (["other"], "x" * 10)
 
 
+def test_a_task_inserted_is_the_orms() -> None:
+    cluster_create(cluster_id="c1", config={"agents": []}, state="running")
+    given: dict[str, Any] = {
+        "cluster_id": "c1",
+        "agent_id": "a",
+        "role": "implementation",
+        "provider": "codex",
+        "iteration": 3,
+        "state": TaskState.QUEUED.value,
+        "trigger_message_id": "m1",
+        "trigger_topic": "GO",
+        "trigger_sequence": 12,
+        "trigger_sender": "système",
+        "created_at": 1000,
+        "available_at": 1001,
+    }
+    Task.objects.create(id="task_orm", **given)
+    statements.task_insert(id="task_stmt", **{**given, "trigger_message_id": "m2"})
+    orm, stmt = fields(Task.objects.get(pk="task_orm")), fields(Task.objects.get(pk="task_stmt"))
+    assert orm is not None
+    assert stmt is not None
+    assert {**orm, "id": "task_stmt", "trigger_message_id": "m2"} == stmt
+    # the once-per-trigger constraint holds as it does for the ORM
+    with pytest.raises(IntegrityError), transaction.atomic():
+        statements.task_insert(id="task_again", **given)
+
+
 def test_a_move_writes_the_columns_it_changed_and_no_other() -> None:
     tasks_in_every_state()
     task = statements.task_by_id("task_001")  # queued
-    assert task is not None and task.state == TaskState.QUEUED
+    assert task is not None
+    assert task.state == TaskState.QUEUED
     # another writer sets a column the move does not (the trigger stage's settle)
     Task.objects.filter(pk="task_001").update(settled_sequence=77, role="changed elsewhere")
     with CaptureQueriesContext(connection) as moving:
