@@ -19,6 +19,7 @@ from typing import Any, cast
 from django.db import connection
 from django.db.models import Field, Model
 
+from ledger.interfaces import statement_count, statement_rows
 from runs.models import BufferedTrigger, Runner, Task, TaskState
 
 _TASK_FIELDS: tuple[Field[Any, Any], ...] = tuple(Task._meta.concrete_fields)
@@ -77,16 +78,9 @@ def _task(row: Sequence[Any]) -> Task:
     return Task.from_db(connection.alias, list(_TASK_NAMES), values)
 
 
-def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
-
-
-def _count(sql: str, params: Sequence[Any]) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)
+# On the driver's cursor unless Django watches its statements (docs/decisions/0195).
+_rows = statement_rows
+_count = statement_count
 
 
 def _lock(skip_locked: bool = False) -> str:
