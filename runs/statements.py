@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, cast
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
 from ledger.interfaces import statement_count, statement_rows
@@ -24,6 +24,7 @@ from runs.models import BufferedTrigger, Runner, Task, TaskState
 
 _TASK_FIELDS: tuple[Field[Any, Any], ...] = tuple(Task._meta.concrete_fields)
 _TASK_NAMES = tuple(f.attname for f in _TASK_FIELDS)
+_TASK_NAME_LIST = list(_TASK_NAMES)  # as ``Model.from_db`` takes them (it does not change them)
 # The states as plain strings: database drivers adapt exact types.
 _QUEUED, _CLAIMED, _EXPIRED = (
     TaskState.QUEUED.value,
@@ -69,13 +70,27 @@ def _converters(vendor: str) -> tuple[tuple[Any, list[Any]], ...]:
     return tuple(out)
 
 
+@cache
+def _converting(vendor: str) -> tuple[tuple[int, Any, tuple[Any, ...]], ...]:
+    """(position, column, converters) of the columns that have converters."""
+    return tuple(
+        (n, column, tuple(converters))
+        for n, (column, converters) in enumerate(_converters(vendor))
+        if converters
+    )
+
+
 def _task(row: Sequence[Any]) -> Task:
-    values = []
-    for value, (column, converters) in zip(row, _converters(connection.vendor), strict=True):
+    db = connections[DEFAULT_DB_ALIAS]
+    values = list(row)
+    if len(values) != len(_TASK_NAMES):
+        raise ValueError(f"a task row has {len(_TASK_NAMES)} columns, not {len(values)}")
+    for n, column, converters in _converting(db.vendor):
+        value = values[n]
         for converter in converters:
-            value = converter(value, column, connection)
-        values.append(value)
-    return Task.from_db(connection.alias, list(_TASK_NAMES), values)
+            value = converter(value, column, db)
+        values[n] = value
+    return Task.from_db(db.alias, _TASK_NAME_LIST, values)
 
 
 # On the driver's cursor unless Django watches its statements (docs/decisions/0195).
