@@ -483,9 +483,19 @@ class WriteCursor:
 
 @contextmanager
 def _django_cursor() -> Iterator[WriteCursor]:
+    """A cursor in the connection's current transaction (a ``cluster_transaction``'s): the
+    driver's, unless Django watches statements (``_watched``), as ``statement_rows`` does."""
     db = connections[DEFAULT_DB_ALIAS]
-    with db.cursor() as cursor:
-        yield WriteCursor(cursor, db=db, driver=False)
+    if _watched(db) or db.connection is None:
+        with db.cursor() as cursor:
+            yield WriteCursor(cursor, db=db, driver=False)
+        return
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            yield WriteCursor(cursor, db=db, driver=True)
+        finally:
+            cursor.close()
 
 
 @cache
