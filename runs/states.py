@@ -90,6 +90,8 @@ def task_move(
     The UPDATE sets the columns the move changed and those of ``fields``, no other: the row
     is the one the caller read (and locked), so the others hold what they held.
     """
+    if not _TASK_COLUMNS.issuperset(fields):
+        raise ValueError(f"not columns of a task: {sorted(set(fields) - _TASK_COLUMNS)}")
     before = task_record(task)
     values = task.__dict__
     held = {name: values.get(name, _UNREAD) for name in _MOVED}
@@ -124,6 +126,7 @@ _MOVED = (
 )
 _UNREAD = object()
 _TASK_NAMES = tuple(f.attname for f in Task._meta.concrete_fields if not f.primary_key)
+_TASK_COLUMNS = frozenset(_TASK_NAMES)
 
 
 def _changed(

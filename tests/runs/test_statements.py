@@ -220,6 +220,12 @@ def test_a_move_writes_the_columns_it_changed_and_no_other() -> None:
     }
     saved = Task.objects.get(pk="task_001")
     assert fields(saved) == fields(task)
+    # a field that is no column of a task is refused before anything moves
+    task = statements.task_by_id("task_002")
+    assert task is not None
+    with pytest.raises(ValueError, match="not columns of a task"):
+        task_move(task, TaskEvent.CLAIM, now=7000, lease="L2")
+    assert task.state == TaskState.QUEUED
 
 
 def test_the_trigger_stages_reads_are_the_orms() -> None:
