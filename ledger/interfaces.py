@@ -80,6 +80,7 @@ from ledger.services import (
     message_publish_batch,
     now_ms,
 )
+from ledger.statements import statement_count, statement_rows
 from ledger.topics import ENDING_TOPICS, Topic
 from ledger.validation import (
     AGENT_ID_PATTERN,
@@ -191,6 +192,8 @@ __all__ = [
     "replay_allowed",
     "require_cluster",
     "scoped_cluster",
+    "statement_count",
+    "statement_rows",
     "task_messages",
     "text_check",
     "text_problem",

@@ -143,10 +143,50 @@ def _json(value: Any) -> JSON:
 
 
 def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return statement_rows(sql, params)
+
+
+def _watched(db: BaseDatabaseWrapper) -> bool:
+    """Whether Django is asked to see every statement (``DEBUG``, a captured query count, an
+    ``execute_wrapper``), or must refuse one (a transaction that needs its rollback)."""
+    return bool(db.queries_logged or db.execute_wrappers or db.needs_rollback)
+
+
+def statement_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run a prebuilt statement (SQL written with ``%s`` parameters, no literal ``%``) and
+    return its rows: on the database driver's own cursor, in whatever transaction the
+    connection is in, unless Django is watching (``_watched``), which then runs it on its
+    cursor and sees it. Errors are Django's, as from its cursor (docs/decisions/0195)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if _watched(db) or db.connection is None:
+        with db.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            cursor.execute(_qmark(sql) if db.vendor == "sqlite" else sql, params)
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
     return rows
+
+
+def statement_count(sql: str, params: Sequence[Any]) -> int:
+    """``statement_rows`` for a write: the rows it changed (the cursor's ``rowcount``)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if _watched(db) or db.connection is None:
+        with db.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            cursor.execute(_qmark(sql) if db.vendor == "sqlite" else sql, params)
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
 
 
 def _message(row: tuple[Any, ...], cluster_id: str) -> MessageRecord:
@@ -443,9 +483,19 @@ class WriteCursor:
 
 @contextmanager
 def _django_cursor() -> Iterator[WriteCursor]:
+    """A cursor in the connection's current transaction (a ``cluster_transaction``'s): the
+    driver's, unless Django watches statements (``_watched``), as ``statement_rows`` does."""
     db = connections[DEFAULT_DB_ALIAS]
-    with db.cursor() as cursor:
-        yield WriteCursor(cursor, db=db, driver=False)
+    if _watched(db) or db.connection is None:
+        with db.cursor() as cursor:
+            yield WriteCursor(cursor, db=db, driver=False)
+        return
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            yield WriteCursor(cursor, db=db, driver=True)
+        finally:
+            cursor.close()
 
 
 @cache

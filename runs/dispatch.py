@@ -181,16 +181,14 @@ class Dispatcher:
         except AgentConfigError as error:
             # Only a config stored before configs were parsed at creation can get here.
             return _config_refused(writes, error) if running else None
-        info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
+        index = trigger_index(agents)
+        info = index.info(batch.cluster.id)
         view = self._view(batch)
         live = {m.sequence for m in batch.live}
         offering: _Offering | None = None
-        matched: dict[str, bool] = {}  # topic -> _concerns, for the agents of the moment
 
         def concerns(message: MessageRecord) -> bool:
-            if message.topic not in matched:
-                matched[message.topic] = _concerns(message.topic, agents)
-            return matched[message.topic] or _may_end_task(message)
+            return index.concerns(message.topic) or _may_end_task(message)
 
         for message in batch.messages:
             view.append(message.to_wire())
@@ -209,8 +207,8 @@ class Dispatcher:
                     info=info, view=view, turns=agent_turns(cluster_id=info.id), writes=writes
                 )
             idle_again = _settle(message, offering)
-            for agent in agents:
-                if self._offer(agent, message=message, offering=offering):
+            for agent, trigger in index.matching(message.topic):
+                if self._offer(agent, trigger, message=message, offering=offering):
                     running = False  # stop_cluster: nothing triggers after it
                     break
             for agent in agents:
@@ -227,9 +225,9 @@ class Dispatcher:
                     writes.steps.append(ConfigChange(outcome.config, message, outcome.diff))
                     # Agents that join trigger on what comes after this message only.
                     config, agents = outcome.config, changed
-                    matched.clear()
+                    index = trigger_index(agents)
                     version += 1
-                    info = ClusterInfo(id=batch.cluster.id, agents=tuple(a.raw for a in agents))
+                    info = index.info(batch.cluster.id)
                     offering.info = info
                 if outcome is not None:
                     writes.steps.extend(outcome.drafts)
@@ -237,11 +235,11 @@ class Dispatcher:
         self._keep(batch.cluster.id, view, batch.upto)
         return writes if writes.steps or writes.ends or writes.buffers else None
 
-    def _offer(self, agent: AgentSpec, *, message: MessageRecord, offering: _Offering) -> bool:
-        """Offer a message to an agent: kept in its buffer while it is busy, else judged now.
-        True when the agent stopped the cluster."""
-        if _trigger_for(agent, message.topic) is None:
-            return False
+    def _offer(
+        self, agent: AgentSpec, trigger: Trigger, *, message: MessageRecord, offering: _Offering
+    ) -> bool:
+        """Offer a message to an agent whose ``trigger`` (its first) matches it: kept in its
+        buffer while it is busy, else judged now. True when the agent stopped the cluster."""
         turns = offering.turns
         if turns.busy(agent.id):
             entry = Buffered(
@@ -249,7 +247,7 @@ class Dispatcher:
             )
             buffer_push(turns, offering.writes.buffers, entry)
             return False
-        return self._judge(agent, message=message, offering=offering)
+        return self._judge(agent, message=message, offering=offering, trigger=trigger)
 
     def _drain(self, agent: AgentSpec, offering: _Offering) -> bool:
         """Judge the agent's buffered messages, oldest first, while it stays idle (zeroshot's
@@ -264,11 +262,19 @@ class Dispatcher:
                 return True
         return False
 
-    def _judge(self, agent: AgentSpec, *, message: MessageRecord, offering: _Offering) -> bool:
-        """Run the first trigger whose topic matches: its logic (none: true) decides whether the
-        agent acts; later triggers are not tried (zeroshot's ``findMatchingTrigger``).
-        True when the agent stopped the cluster."""
-        trigger = _trigger_for(agent, message.topic)
+    def _judge(
+        self,
+        agent: AgentSpec,
+        *,
+        message: MessageRecord,
+        offering: _Offering,
+        trigger: Trigger | None = None,
+    ) -> bool:
+        """Run the first trigger whose topic matches (``trigger`` when the caller found it): its
+        logic (none: true) decides whether the agent acts; later triggers are not tried
+        (zeroshot's ``findMatchingTrigger``). True when the agent stopped the cluster."""
+        if trigger is None:
+            trigger = _trigger_for(agent, message.topic)
         if trigger is None:
             return False
         writes, turns = offering.writes, offering.turns
@@ -328,14 +334,67 @@ def offered(message: MessageRecord) -> bool:
     )
 
 
-def _concerns(topic: str, agents: tuple[AgentSpec, ...]) -> bool:
-    """Whether the trigger stage has anything to do with messages of ``topic`` besides the end
-    of a task (``_may_end_task``): an agent's trigger matches it, or it is
-    ``CLUSTER_OPERATIONS``. A message of neither that ends no task (a ``TASK_STARTED``, an
-    agent's output) needs no agent's turn read."""
-    if topic == operations.CLUSTER_OPERATIONS:
-        return True
-    return any(_trigger_for(agent, topic) is not None for agent in agents)
+class TriggerIndex:
+    """The agents of one parsed config, and what the trigger stage asks of them for every
+    batch: per topic, each agent's first trigger that matches it, in config order; per cluster,
+    the ``ClusterInfo`` its scripts see (its agents serialised once). Kept per agents tuple
+    (``trigger_index``): ``running_agents`` hands out the same tuple for the same config text,
+    so a config is indexed once, and a changed config is a new tuple, indexed anew."""
+
+    __slots__ = ("_by_topic", "_infos", "agents")
+
+    def __init__(self, agents: tuple[AgentSpec, ...]) -> None:
+        self.agents = agents
+        self._by_topic: dict[str, tuple[tuple[AgentSpec, Trigger], ...]] = {}
+        self._infos: dict[str, ClusterInfo] = {}
+
+    def matching(self, topic: str) -> tuple[tuple[AgentSpec, Trigger], ...]:
+        """(agent, its first trigger matching ``topic``) of the agents with one, in order."""
+        found = self._by_topic.get(topic)
+        if found is None:
+            found = tuple(
+                (agent, trigger)
+                for agent in self.agents
+                if (trigger := _trigger_for(agent, topic)) is not None
+            )
+            if len(self._by_topic) >= _INDEX_TOPICS:
+                self._by_topic.clear()
+            self._by_topic[topic] = found
+        return found
+
+    def concerns(self, topic: str) -> bool:
+        """Whether the trigger stage has anything to do with messages of ``topic`` besides the
+        end of a task (``_may_end_task``): an agent's trigger matches it, or it is
+        ``CLUSTER_OPERATIONS``. A message of neither that ends no task (a ``TASK_STARTED``, an
+        agent's output) needs no agent's turn read."""
+        return topic == operations.CLUSTER_OPERATIONS or bool(self.matching(topic))
+
+    def info(self, cluster_id: str) -> ClusterInfo:
+        """The cluster as its trigger scripts see it (immutable, shared by batches)."""
+        info = self._infos.get(cluster_id)
+        if info is None:
+            info = ClusterInfo(id=cluster_id, agents=tuple(a.raw for a in self.agents))
+            if len(self._infos) >= _VIEW_MEMO_LIMIT:
+                self._infos.clear()
+            self._infos[cluster_id] = info
+        return info
+
+
+_INDEX_TOPICS = 1024  # topics indexed per config before the index starts over
+_INDEXES_KEPT = 64  # as many as ``running_agents`` keeps parsed configs
+_indexes: dict[int, TriggerIndex] = {}
+
+
+def trigger_index(agents: tuple[AgentSpec, ...]) -> TriggerIndex:
+    """The index of ``agents``, kept per tuple (by identity: the index holds the tuple, so its
+    id is not reused while kept)."""
+    index = _indexes.get(id(agents))
+    if index is None or index.agents is not agents:
+        index = TriggerIndex(agents)
+        if len(_indexes) >= _INDEXES_KEPT:
+            _indexes.clear()
+        _indexes[id(agents)] = index
+    return index
 
 
 def _trigger_for(agent: AgentSpec, topic: str) -> Trigger | None:

@@ -16,13 +16,15 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any, cast
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
+from ledger.interfaces import statement_count, statement_rows
 from runs.models import BufferedTrigger, Runner, Task, TaskState
 
 _TASK_FIELDS: tuple[Field[Any, Any], ...] = tuple(Task._meta.concrete_fields)
 _TASK_NAMES = tuple(f.attname for f in _TASK_FIELDS)
+_TASK_NAME_LIST = list(_TASK_NAMES)  # as ``Model.from_db`` takes them (it does not change them)
 # The states as plain strings: database drivers adapt exact types.
 _QUEUED, _CLAIMED, _EXPIRED = (
     TaskState.QUEUED.value,
@@ -68,25 +70,32 @@ def _converters(vendor: str) -> tuple[tuple[Any, list[Any]], ...]:
     return tuple(out)
 
 
+@cache
+def _converting(vendor: str) -> tuple[tuple[int, Any, tuple[Any, ...]], ...]:
+    """(position, column, converters) of the columns that have converters."""
+    return tuple(
+        (n, column, tuple(converters))
+        for n, (column, converters) in enumerate(_converters(vendor))
+        if converters
+    )
+
+
 def _task(row: Sequence[Any]) -> Task:
-    values = []
-    for value, (column, converters) in zip(row, _converters(connection.vendor), strict=True):
+    db = connections[DEFAULT_DB_ALIAS]
+    values = list(row)
+    if len(values) != len(_TASK_NAMES):
+        raise ValueError(f"a task row has {len(_TASK_NAMES)} columns, not {len(values)}")
+    for n, column, converters in _converting(db.vendor):
+        value = values[n]
         for converter in converters:
-            value = converter(value, column, connection)
-        values.append(value)
-    return Task.from_db(connection.alias, list(_TASK_NAMES), values)
+            value = converter(value, column, db)
+        values[n] = value
+    return Task.from_db(db.alias, _TASK_NAME_LIST, values)
 
 
-def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
-
-
-def _count(sql: str, params: Sequence[Any]) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)
+# On the driver's cursor unless Django watches its statements (docs/decisions/0195).
+_rows = statement_rows
+_count = statement_count
 
 
 def _lock(skip_locked: bool = False) -> str:
@@ -132,6 +141,30 @@ def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
     ]
     if not _count(_task_update_sql(connection.vendor, names), [*params, task.pk]):
         task.save(update_fields=fields)
+
+
+@cache
+def _task_insert(
+    vendor: str, names: tuple[str, ...]
+) -> tuple[str, tuple[Field[Any, Any], ...], tuple[Any, ...]]:
+    """The INSERT of a task given ``names`` (attribute names), every other column its default:
+    its SQL, the given columns' fields and the others' values, prepared once."""
+    fields = tuple(_field(Task, name) for name in names)
+    others = [f for f in _TASK_FIELDS if f.attname not in names]
+    defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
+    columns = ", ".join(_q(str(f.column)) for f in (*fields, *others))
+    marks = ", ".join(["%s"] * (len(fields) + len(others)))
+    return f"INSERT INTO {_table(Task)} ({columns}) VALUES ({marks})", fields, defaults
+
+
+def task_insert(**values: Any) -> None:
+    """``Task.objects.create(**values)`` (attribute names), as one prebuilt INSERT; every
+    column not given gets the model's default."""
+    sql, fields, defaults = _task_insert(connection.vendor, tuple(values))
+    params = [
+        f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)
+    ]
+    _count(sql, [*params, *defaults])
 
 
 @cache

@@ -86,8 +86,15 @@ def task_move(
 
     ``report`` adds data to that message (``phase`` of a failure, ``delayMs`` of a retry…);
     ``fields`` are the other columns the move sets (the lease of a claim, a result).
+
+    The UPDATE sets the columns the move changed and those of ``fields``, no other: the row
+    is the one the caller read (and locked), so the others hold what they held.
     """
+    if not _TASK_COLUMNS.issuperset(fields):
+        raise ValueError(f"not columns of a task: {sorted(set(fields) - _TASK_COLUMNS)}")
     before = task_record(task)
+    values = task.__dict__
+    held = {name: values.get(name, _UNREAD) for name in _MOVED}
     task.state = next_state(task.state, event)
     if event is TaskEvent.CLAIM:
         task.claimed_at = now
@@ -102,8 +109,37 @@ def task_move(
         task.finished_at = now
     for name, value in fields.items():
         setattr(task, name, value)
-    task_save(task)
+    task_save(task, _changed(held, values, fields))
     return _report(before, task, event, error, dict(report or {}))
+
+
+# The columns a move itself may set (beside its ``fields``).
+_MOVED = (
+    "state",
+    "claimed_at",
+    "output_lines",
+    "attempts",
+    "lease_id",
+    "lease_expires_at",
+    "error",
+    "finished_at",
+)
+_UNREAD = object()
+_TASK_NAMES = tuple(f.attname for f in Task._meta.concrete_fields if not f.primary_key)
+_TASK_COLUMNS = frozenset(_TASK_NAMES)
+
+
+def _changed(
+    held: Mapping[str, Any], values: Mapping[str, Any], fields: Mapping[str, Any]
+) -> list[str]:
+    """The columns to write, in the model's order: those of ``fields`` and those the move
+    changed (a column the row was read without counts as changed)."""
+    return [
+        name
+        for name in _TASK_NAMES
+        if name in fields
+        or (name in held and (held[name] is _UNREAD or values.get(name, _UNREAD) != held[name]))
+    ]
 
 
 def tasks_move(tasks: QuerySet[Task], event: TaskEvent, *, now: int, error: str = "") -> int:

@@ -108,9 +108,12 @@ def _agent_parsed(text: str, agent_id: str) -> AgentSpec:
 
 def agent_config_get(*, cluster: ClusterRecord, agent_id: str) -> dict[str, Any]:
     """The agent of the cluster's config, or ``NotFound`` listing the agents there are."""
-    for agent in cluster.agents:
-        if agent.get("id") == agent_id:
-            return agent
+    config = cluster.config
+    agents = config.get("agents") if isinstance(config, dict) else None
+    if isinstance(agents, list):  # ``cluster.agents`` without building its list
+        for agent in agents:
+            if isinstance(agent, dict) and agent.get("id") == agent_id:
+                return agent
     known = ", ".join(str(a.get("id")) for a in cluster.agents) or "none"
     raise NotFound(
         f"cluster {cluster.id!r} has no agent {agent_id!r} (agents: {known})",

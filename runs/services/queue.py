@@ -15,6 +15,7 @@ from runs import lifecycle, statements
 from runs.models import BufferedTrigger, Task, TaskState
 from runs.states import TaskEvent, tasks_move
 
+_QUEUED = TaskState.QUEUED.value  # a plain string: database drivers adapt exact types
 # Triggers kept while an agent is busy (SPEC §7.3); past it the oldest waiting one is dropped.
 BUFFER_LIMIT = 200
 
@@ -51,14 +52,14 @@ def task_queue(*, writer: ClusterWriter, agent: AgentSpec, message: TriggerRef) 
         _fail_cluster(writer, agent=agent, iteration=iteration, limit=limit)
         return 0
     now = ledger.now_ms()
-    Task.objects.create(
+    statements.task_insert(
         id=f"task_{secrets.token_hex(16)}",
         cluster_id=writer.cluster_id,
         agent_id=agent_id,
         role=agent.role,
         provider=(agent.provider or "")[:64],
         iteration=iteration,
-        state=TaskState.QUEUED,
+        state=_QUEUED,
         trigger_message_id=message.id,
         trigger_topic=message.topic,
         trigger_sequence=message.sequence,

@@ -11,6 +11,7 @@ from django.db import connection
 from django.test import override_settings
 
 from context.agents import Trigger
+from context.completion import running_agents
 from ledger.interfaces import (
     ImportedMessage,
     MessageDraft,
@@ -22,7 +23,7 @@ from ledger.interfaces import (
     message_query,
 )
 from ledger.pipeline import pipeline
-from runs.dispatch import dispatcher
+from runs.dispatch import dispatcher, trigger_index
 from runs.models import BufferedTrigger, Task
 from runs.selectors import agent_activity
 from runs.services import queue
@@ -571,3 +572,31 @@ def test_a_batch_whose_writes_fail_is_written_once_when_retried(
     assert tasks(cid) == [("worker", "GO", 1), ("worker", "GO", 2)]
     assert buffered(cid) == []
     assert Task.objects.filter(settled_sequence__isnull=False).count() == 1
+
+
+def test_the_trigger_index_is_each_agents_first_matching_trigger_kept_per_config() -> None:
+    config = {
+        "agents": [
+            agent("a", {"topic": "PLAN_*"}, {"topic": "PLAN_READY", "action": "stop_cluster"}),
+            agent("b", {"topic": "*"}),
+            agent("c", {"topic": "OTHER"}),
+        ]
+    }
+    agents = running_agents(config)
+    index = trigger_index(agents)
+    # the same config text gives the same parsed tuple, hence the same index
+    assert trigger_index(running_agents(dict(config))) is index
+    for topic in ("PLAN_READY", "PLAN", "OTHER", "CLUSTER_OPERATIONS", "NONE"):
+        naive = [
+            (a.id, next(t for t in a.triggers if t.matches(topic)))
+            for a in agents
+            if any(t.matches(topic) for t in a.triggers)
+        ]
+        assert [(a.id, t) for a, t in index.matching(topic)] == naive
+    assert index.matching("PLAN_READY")[0][1].topic == "PLAN_*"  # the first one decides
+    assert index.info("c9") is index.info("c9")
+    assert index.info("c9").agents == tuple(a.raw for a in agents)
+    # a changed config is indexed anew
+    changed = running_agents({"agents": config["agents"][:1]})
+    assert trigger_index(changed) is not index
+    assert [a.id for a, _ in trigger_index(changed).matching("OTHER")] == []

@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Q
 from django.test.utils import CaptureQueriesContext
 
@@ -16,6 +16,7 @@ from runs import statements
 from runs.models import BufferedTrigger, Task, TaskState
 from runs.services import task_claim, task_complete
 from runs.services.tasks import _Wanted, claim_narrow, claimable
+from runs.states import TaskEvent, task_move
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,6 +134,98 @@ def test_a_task_read_and_saved_is_the_orms() -> None:
     statements.task_save(task, ["completion_messages"])
     saved = Task.objects.get(pk="task_001")
     assert (saved.completion_messages, saved.error) == (["other"], "x" * 10)
+
+
+def test_a_task_inserted_is_the_orms() -> None:
+    cluster_create(cluster_id="c1", config={"agents": []}, state="running")
+    given: dict[str, Any] = {
+        "cluster_id": "c1",
+        "agent_id": "a",
+        "role": "implementation",
+        "provider": "codex",
+        "iteration": 3,
+        "state": TaskState.QUEUED.value,
+        "trigger_message_id": "m1",
+        "trigger_topic": "GO",
+        "trigger_sequence": 12,
+        "trigger_sender": "système",
+        "created_at": 1000,
+        "available_at": 1001,
+    }
+    Task.objects.create(id="task_orm", **given)
+    statements.task_insert(id="task_stmt", **{**given, "trigger_message_id": "m2"})
+    orm, stmt = fields(Task.objects.get(pk="task_orm")), fields(Task.objects.get(pk="task_stmt"))
+    assert orm is not None
+    assert stmt is not None
+    assert {**orm, "id": "task_stmt", "trigger_message_id": "m2"} == stmt
+    # the once-per-trigger constraint holds as it does for the ORM
+    with pytest.raises(IntegrityError), transaction.atomic():
+        statements.task_insert(id="task_again", **given)
+
+
+def test_a_move_writes_the_columns_it_changed_and_no_other() -> None:
+    tasks_in_every_state()
+    task = statements.task_by_id("task_001")  # queued
+    assert task is not None
+    assert task.state == TaskState.QUEUED
+    # another writer sets a column the move does not (the trigger stage's settle)
+    Task.objects.filter(pk="task_001").update(settled_sequence=77, role="changed elsewhere")
+    with CaptureQueriesContext(connection) as moving:
+        task_move(
+            task,
+            TaskEvent.CLAIM,
+            now=5000,
+            lease_id="L1",
+            lease_seconds=60,
+            lease_expires_at=65_000,
+            worker="w",
+        )
+    [update] = [q["sql"] for q in moving.captured_queries if q["sql"].startswith("UPDATE")]
+    set_part = update.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    written = {column.split(" = ")[0].strip('"`') for column in set_part.split(", ")}
+    # task_001 had no attempts, no claim, no output: the claim changes these and its fields
+    assert written == {
+        "state",
+        "attempts",
+        "claimed_at",
+        "lease_id",
+        "lease_seconds",
+        "lease_expires_at",
+        "worker",
+    }
+    saved = Task.objects.get(pk="task_001")
+    assert (saved.settled_sequence, saved.role) == (77, "changed elsewhere")
+    assert (saved.state, saved.attempts, saved.claimed_at, saved.lease_id, saved.worker) == (
+        TaskState.CLAIMED,
+        1,
+        5000,
+        "L1",
+        "w",
+    )
+    # a move's own columns set to the value they hold are left out, its fields are not
+    task = statements.task_by_id("task_001")
+    assert task is not None
+    with CaptureQueriesContext(connection) as completing:
+        task_move(task, TaskEvent.COMPLETE, now=6000, result=None, usage=None)
+    [update] = [q["sql"] for q in completing.captured_queries if q["sql"].startswith("UPDATE")]
+    set_part = update.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    written = {column.split(" = ")[0].strip('"`') for column in set_part.split(", ")}
+    assert written == {
+        "state",
+        "lease_id",
+        "lease_expires_at",
+        "finished_at",
+        "result",
+        "usage",
+    }
+    saved = Task.objects.get(pk="task_001")
+    assert fields(saved) == fields(task)
+    # a field that is no column of a task is refused before anything moves
+    task = statements.task_by_id("task_002")
+    assert task is not None
+    with pytest.raises(ValueError, match="not columns of a task"):
+        task_move(task, TaskEvent.CLAIM, now=7000, lease="L2")
+    assert task.state == TaskState.QUEUED
 
 
 def test_the_trigger_stages_reads_are_the_orms() -> None:
