@@ -14,6 +14,7 @@ from zeroshot_runner.client import WorkClient
 from zeroshot_runner.worker import Runner, RunnerSettings, TaskReport
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize("ended", ["completed", "failed", "stopped"])
 def test_the_runner_exits_within_a_second_of_its_cluster_ending(
     work_api: FakeWorkApi, ended: str
