@@ -8,7 +8,8 @@ REDIS_URL_TEST ?= redis://127.0.0.1:6379/0
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-sqlite test-postgres lint chromium bench demo-record
+.PHONY: run test test-sqlite test-postgres test-halves test-half-sqlite test-half-postgres \
+	test-timed lint chromium bench demo-record
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,19 +43,56 @@ demo-record: $(STAMP)
 	$(PY) manage.py demo --record
 	rm -f .demo-record.sqlite3
 
-## Set up and run the whole suite: lint, then SQLite (with the browser), then PostgreSQL + Redis.
-test: $(STAMP) chromium lint test-sqlite test-postgres
+## Set up and run the whole suite: lint; then the SQLite half (with the browser) and the
+## PostgreSQL + Redis half side by side, one pytest each; then the tests that time themselves or
+## load the machine (marker `timed`), alone, on each database in turn (docs/decisions/0205).
+test: $(STAMP) chromium lint test-halves test-timed
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy .
 
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+SQLITE_ENV := env -u DATABASE_URL -u REDIS_URL
+POSTGRES_ENV := env DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_URL_TEST)
+ARTIFACTS := test-artifacts
+
+## The whole suite on one database.
 test-sqlite: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(SQLITE_ENV) $(PYTEST)
 
 test-postgres: $(STAMP)
-	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_URL_TEST) $(PY) -m pytest -q -p no:cacheprovider -m "not browser"
+	$(POSTGRES_ENV) $(PYTEST) -m "not browser"
+
+## Both halves at once, failing if either fails (-k: the other one still runs to its end).
+test-halves: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 -k test-half-sqlite test-half-postgres
+
+# A half writes its output to test-artifacts/<half>.log and prints it whole once it ends (under a
+# lock, so two halves ending together do not interleave); its status is pytest's.
+define half
+	@mkdir -p $(ARTIFACTS)
+	@echo "$(1) half: started, output in $(ARTIFACTS)/$(1).log"
+	@status=0; $(2) >$(ARTIFACTS)/$(1).log 2>&1 || status=$$?; \
+	flock $(ARTIFACTS)/.print sh -c 'printf "\n===== %s half (exit %s) =====\n" "$$0" "$$1"; \
+	    cat "$(ARTIFACTS)/$$0.log"' $(1) $$status; \
+	exit $$status
+endef
+
+test-half-sqlite: $(STAMP)
+	$(call half,sqlite,$(SQLITE_ENV) $(PYTEST) -m "not timed")
+
+test-half-postgres: $(STAMP)
+	$(call half,postgres,$(POSTGRES_ENV) $(PYTEST) -m "not timed and not browser")
+
+## The timed tests, with nothing else running, SQLite then PostgreSQL + Redis (both even if one
+## fails).
+test-timed: $(STAMP)
+	@status=0; \
+	$(SQLITE_ENV) $(PYTEST) -m timed || status=1; \
+	$(POSTGRES_ENV) $(PYTEST) -m "timed and not browser" || status=1; \
+	exit $$status
 
 ## Debian's Chromium for the browser tests (never a browser download).
 chromium:

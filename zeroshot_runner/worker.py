@@ -114,6 +114,9 @@ class Runner:
         self._lock = threading.Lock()
         self._runs: set[TaskRun] = set()
         self._polling = 0
+        # Tasks claimed whose report (to the server, then to the observer) is not out yet: the
+        # runner does not end on its cluster's end while one is.
+        self._in_hand = 0
         self._watching_ends = threading.Event()
 
     def request_stop(self) -> None:
@@ -145,7 +148,7 @@ class Runner:
                 break
             if self._done.is_set():
                 with self._lock:
-                    in_hand = len(self._runs)
+                    in_hand = self._in_hand
                 # Claims still polling an ended cluster bring nothing back: not waited for.
                 if not in_hand:
                     break
@@ -234,13 +237,18 @@ class Runner:
             if claim is None:
                 self._check_cluster_ended()
                 continue
-            self._execute(claim, claim_sent=claim_sent, claimed=time.monotonic())
+            try:
+                self._execute(claim, claim_sent=claim_sent, claimed=time.monotonic())
+            finally:
+                with self._lock:
+                    self._in_hand -= 1
 
     def _claim(self) -> Claim | None:
         with self._lock:
             self._polling += 1
+        claim = None
         try:
-            return self.client.claim(
+            claim = self.client.claim(
                 worker=self.settings.worker,
                 wait=self.settings.wait,
                 lease=self.settings.lease,
@@ -251,9 +259,14 @@ class Runner:
                 providers=self.settings.claim_providers,
                 interrupt=self._stopping,
             )
+            return claim
         finally:
             with self._lock:
                 self._polling -= 1
+                # In hand from the moment it is claimed, so that one brought back just as
+                # the cluster ends is still reported (released) before the runner exits.
+                if claim is not None:
+                    self._in_hand += 1
 
     def _check_cluster_ended(self) -> None:
         cluster = self.settings.cluster

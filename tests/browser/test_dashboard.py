@@ -69,6 +69,7 @@ def test_operator_signs_in_and_sees_the_demo_clusters(browser_page: Any, screens
     assert page.console_errors == []
 
 
+@pytest.mark.timed
 def test_new_message_appears_live_without_reload(
     signed_in_page: Any, live_url: str, screenshot: Any
 ) -> None:

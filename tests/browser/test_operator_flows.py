@@ -160,6 +160,7 @@ def test_the_new_rows_pill_stays_in_view_and_leads_to_the_newest(
 # ---- 10. a server restart --------------------------------------------------------------------
 
 
+@pytest.mark.timed
 def test_after_a_server_restart_the_page_is_live_again_and_shows_what_it_missed(
     own_server: Any, page_at: Callable[..., Any], screenshot: Any
 ) -> None:

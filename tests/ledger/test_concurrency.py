@@ -10,7 +10,7 @@ from ledger.bus import bus
 from ledger.models import Message
 from ledger.services import MessageDraft, message_publish
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 THREADS = 8
 PER_THREAD = 500

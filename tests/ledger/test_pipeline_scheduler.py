@@ -16,7 +16,7 @@ from ledger.models import Cluster, Message
 from ledger.pipeline import GATHER_SECONDS, Batch, pipeline
 from ledger.services import ClusterWriter, MessageDraft, cluster_create, message_publish, now_ms
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 
 @dataclass

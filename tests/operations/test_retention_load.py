@@ -30,7 +30,7 @@ from tests.operations.retention_data import (
     search_index_rows,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 # The 100,000 messages take five to six minutes a database on two cores: the suite
 # prunes 20,000 (the same batches and pacing, five times fewer of them), and the full size runs

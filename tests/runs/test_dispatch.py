@@ -452,6 +452,7 @@ def test_imported_messages_and_clusters_not_running_trigger_nothing(db: None) ->
     assert tasks(idle) == []
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize(
     ("script", "kind"),
     [

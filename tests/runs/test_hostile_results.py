@@ -96,6 +96,7 @@ def test_an_http_ref_in_a_schema_is_never_fetched(
     assert "FROM-THE-NETWORK" not in messages_text(done)
 
 
+@pytest.mark.timed
 def test_a_catastrophic_pattern_answers_quickly_and_others_are_served_meanwhile(
     api: ApiClient,
 ) -> None:

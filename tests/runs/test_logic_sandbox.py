@@ -121,6 +121,7 @@ def test_error_text_is_at_most_2000_characters() -> None:
     assert outcome.message.endswith("…")
 
 
+@pytest.mark.timed
 def test_an_endless_loop_is_stopped_at_its_limit() -> None:
     # given a script that never ends, and one that even catches what stops it
     for script in ("while (true) {}", "for (;;) { try { while (true) {} } catch (e) {} }"):

@@ -16,7 +16,7 @@ from ledger.pipeline import pipeline
 from runs.models import Task
 from runs.services import task_claim, task_complete
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 LOOP = {"engine": "javascript", "script": "while (true) {}"}
 TARGET_P95 = 0.1

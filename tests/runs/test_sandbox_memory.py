@@ -19,7 +19,7 @@ from runs.models import Task
 from runs.services import task_claim, task_complete
 from tests.runs.test_tasks import agent, running
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 COMPLETES = 50
 # 180 MiB written, so resident, held by the transform until it returns.

@@ -18,7 +18,7 @@ from ledger.interfaces import cluster_create
 from ledger.keys import api_key_create
 from tests.live_server import LiveServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 CLAIMS = 1000
 WAIT = 20  # seconds each claim waits

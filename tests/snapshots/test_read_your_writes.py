@@ -14,7 +14,7 @@ import pytest
 from ledger.interfaces import api_key_create, cluster_create
 from tests.live_server import LiveServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timed]
 
 PUBLISHERS = 8
 ROUNDS = 125  # 8 x 125 = 1,000 publishes, each read back twice (on one server)
