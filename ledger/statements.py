@@ -142,10 +142,6 @@ def _json(value: Any) -> JSON:
         return value
 
 
-def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    return statement_rows(sql, params)
-
-
 def _watched(db: BaseDatabaseWrapper) -> bool:
     """Whether Django is asked to see every statement (``DEBUG``, a captured query count, an
     ``execute_wrapper``), or must refuse one (a transaction that needs its rollback)."""
@@ -157,36 +153,16 @@ def statement_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     return its rows: on the database driver's own cursor, in whatever transaction the
     connection is in, unless Django is watching (``_watched``), which then runs it on its
     cursor and sees it. Errors are Django's, as from its cursor (docs/decisions/0195)."""
-    db = connections[DEFAULT_DB_ALIAS]
-    if _watched(db) or db.connection is None:
-        with db.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows: list[tuple[Any, ...]] = cursor.fetchall()
-        return rows
-    with db.wrap_database_errors:
-        cursor = db.connection.cursor()
-        try:
-            cursor.execute(_qmark(sql) if db.vendor == "sqlite" else sql, params)
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
-    return rows
+    with _current_cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def statement_count(sql: str, params: Sequence[Any]) -> int:
     """``statement_rows`` for a write: the rows it changed (the cursor's ``rowcount``)."""
-    db = connections[DEFAULT_DB_ALIAS]
-    if _watched(db) or db.connection is None:
-        with db.cursor() as cursor:
-            cursor.execute(sql, params)
-            return int(cursor.rowcount)
-    with db.wrap_database_errors:
-        cursor = db.connection.cursor()
-        try:
-            cursor.execute(_qmark(sql) if db.vendor == "sqlite" else sql, params)
-            return int(cursor.rowcount)
-        finally:
-            cursor.close()
+    with _current_cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 def _message(row: tuple[Any, ...], cluster_id: str) -> MessageRecord:
@@ -218,7 +194,7 @@ def messages_in_order(
     terms, params = _terms(where, event=event)
     sql = _message_select(connection.vendor, terms, newest_first, limit is not None)
     params = [cluster_id, *params] if limit is None else [cluster_id, *params, limit]
-    return [_message(row, cluster_id) for row in _rows(sql, params)]
+    return [_message(row, cluster_id) for row in statement_rows(sql, params)]
 
 
 def newest_of_topics(
@@ -229,7 +205,8 @@ def newest_of_topics(
     terms, params = _terms(replace(where, topic=None))
     sql = _newest_of_each(connection.vendor, terms, len(topics))
     each = [[cluster_id, topic, *params, 1] for topic in topics]
-    return [_message(row, cluster_id) for row in _rows(sql, [p for ps in each for p in ps])]
+    rows = statement_rows(sql, [p for ps in each for p in ps])
+    return [_message(row, cluster_id) for row in rows]
 
 
 @cache
@@ -269,7 +246,7 @@ def messages_of_topics_after(
     in sequence order (``selectors.message_tail_topics``, the snapshotter's read)."""
     sql = _topics_after_select(connection.vendor, len(topics), upto is not None)
     bound = [] if upto is None else [upto]
-    rows = _rows(sql, [cluster_id, after, *bound, *topics, limit])
+    rows = statement_rows(sql, [cluster_id, after, *bound, *topics, limit])
     return [_message(row, cluster_id) for row in rows]
 
 
@@ -278,7 +255,7 @@ def messages_after(
 ) -> list[tuple[MessageRecord, bool]]:
     """The messages with ``after < sequence <= upto``, at most ``limit``, in sequence order,
     each with whether it was imported: the post-commit pipeline's read."""
-    rows = _rows(_after_select(connection.vendor), [cluster_id, after, upto, limit])
+    rows = statement_rows(_after_select(connection.vendor), [cluster_id, after, upto, limit])
     return [(_message(row[:-1], cluster_id), bool(row[-1])) for row in rows]
 
 
@@ -296,13 +273,13 @@ def _by_id_select(vendor: str) -> str:
 
 def message_by_id(*, cluster_id: str, message_id: str) -> MessageRecord | None:
     """The message ``message_id`` of the cluster, or None: a claim's build reads its trigger."""
-    rows = _rows(_by_id_select(connection.vendor), [cluster_id, message_id])
+    rows = statement_rows(_by_id_select(connection.vendor), [cluster_id, message_id])
     return _message(rows[0], cluster_id) if rows else None
 
 
 def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
-    found = _rows(_cluster_select(connection.vendor), [cluster_id])
+    found = statement_rows(_cluster_select(connection.vendor), [cluster_id])
     if not found:
         return None
     (id_, created_at, state, config, template, params, last_sequence, labels, version, newest) = (
@@ -370,7 +347,7 @@ def _pipeline_select(vendor: str) -> str:
 def pipeline_cluster(*, cluster_id: str) -> tuple[ClusterRecord, int] | None:
     """A cluster as ``selectors.cluster_record`` detaches a row (its activity is its clock),
     with its pipeline cursor; ``None`` when it does not exist or the cursor is caught up."""
-    found = _rows(_pipeline_select(connection.vendor), [cluster_id])
+    found = statement_rows(_pipeline_select(connection.vendor), [cluster_id])
     if not found:
         return None
     (id_, created_at, state, config, template, params, last_sequence, last_timestamp) = found[0][:8]
@@ -480,11 +457,19 @@ class WriteCursor:
         found: tuple[Any, ...] | None = self._cursor.fetchone()
         return found
 
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self._cursor.fetchall()
+        return rows
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
 
 @contextmanager
-def _django_cursor() -> Iterator[WriteCursor]:
-    """A cursor in the connection's current transaction (a ``cluster_transaction``'s): the
-    driver's, unless Django watches statements (``_watched``), as ``statement_rows`` does."""
+def _current_cursor() -> Iterator[WriteCursor]:
+    """A cursor in the connection's current transaction (a ``cluster_transaction``'s, or
+    none): the driver's, unless Django watches statements (``_watched``), then Django's."""
     db = connections[DEFAULT_DB_ALIAS]
     if _watched(db) or db.connection is None:
         with db.cursor() as cursor:
@@ -548,7 +533,7 @@ def cluster_row_lock(cluster_id: str, *, cursor: WriteCursor | None = None) -> C
     """Read the cluster's row under its lock (``FOR UPDATE``; SQLite's transactions already hold
     the database's write lock from their start)."""
     if cursor is None:
-        with _django_cursor() as django:
+        with _current_cursor() as django:
             return cluster_row_lock(cluster_id, cursor=django)
     cursor.execute(_lock_sql(cursor.vendor), [cluster_id])
     found = cursor.fetchone()
@@ -560,7 +545,7 @@ def cluster_row_update(
 ) -> None:
     """Write ``fields`` of the row back (names of ``ClusterRow``'s columns)."""
     if cursor is None:
-        with _django_cursor() as django:
+        with _current_cursor() as django:
             cluster_row_update(row, fields, cursor=django)
         return
     cursor.execute(
@@ -587,7 +572,7 @@ def message_insert(
     or, with ``json_as_text``, given as JSON text (cast to ``jsonb`` on PostgreSQL). Runs on
     ``cursor`` when given (a write transaction's), else on a Django cursor of its own."""
     if cursor is None:
-        with _django_cursor() as django:
+        with _current_cursor() as django:
             message_insert(rows, columns=columns, json_as_text=json_as_text, cursor=django)
         return
     sql, defaults = _insert_sql(cursor.vendor, columns, json_as_text)

@@ -27,6 +27,13 @@ def fields(task: Task | None) -> dict[str, Any] | None:
     return {f.attname: getattr(task, f.attname) for f in Task._meta.concrete_fields}
 
 
+def _columns_set(captured: CaptureQueriesContext) -> set[str]:
+    """The columns the one UPDATE among ``captured``'s statements sets."""
+    [update] = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+    set_part = update.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    return {column.split(" = ")[0].strip('"`') for column in set_part.split(", ")}
+
+
 def tasks_in_every_state() -> None:
     """Two clusters, three agents each, tasks in every state, ties on ``created_at``."""
     for cluster_id in ("c1", "c2"):
@@ -180,9 +187,7 @@ def test_a_move_writes_the_columns_it_changed_and_no_other() -> None:
             lease_expires_at=65_000,
             worker="w",
         )
-    [update] = [q["sql"] for q in moving.captured_queries if q["sql"].startswith("UPDATE")]
-    set_part = update.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
-    written = {column.split(" = ")[0].strip('"`') for column in set_part.split(", ")}
+    written = _columns_set(moving)
     # task_001 had no attempts, no claim, no output: the claim changes these and its fields
     assert written == {
         "state",
@@ -207,9 +212,7 @@ def test_a_move_writes_the_columns_it_changed_and_no_other() -> None:
     assert task is not None
     with CaptureQueriesContext(connection) as completing:
         task_move(task, TaskEvent.COMPLETE, now=6000, result=None, usage=None)
-    [update] = [q["sql"] for q in completing.captured_queries if q["sql"].startswith("UPDATE")]
-    set_part = update.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
-    written = {column.split(" = ")[0].strip('"`') for column in set_part.split(", ")}
+    written = _columns_set(completing)
     assert written == {
         "state",
         "lease_id",
