@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 from tests.conftest import subprocess_database_url
 
@@ -133,6 +134,14 @@ class Server:
             status = None
         self.process = None
         return status
+
+    def __enter__(self) -> Self:
+        """Started for a ``with`` block (a fixture's), stopped when it ends however it ends."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def log_tail(self, lines: int = 60) -> str:
         if not self.log.exists():

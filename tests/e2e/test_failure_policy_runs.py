@@ -41,11 +41,8 @@ VERDICT_SCHEMA = {
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path, env={"ZEROSHOT_RETRY_BASE_SECONDS": "0.1"}).start()
-    try:
+    with LiveServer(tmp_path, env={"ZEROSHOT_RETRY_BASE_SECONDS": "0.1"}) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def worker(**extra: Any) -> dict[str, Any]:

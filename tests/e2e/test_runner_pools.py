@@ -27,11 +27,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path).start()
-    try:
+    with LiveServer(tmp_path) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def makefile_demo_runner() -> list[str]:

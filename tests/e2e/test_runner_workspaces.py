@@ -29,11 +29,8 @@ VALIDATOR = {"approved": True, "summary": "ok", "errors": [], "criteriaResults":
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path, env={"ZEROSHOT_RETRY_BASE_SECONDS": "0.2"}).start()
-    try:
+    with LiveServer(tmp_path, env={"ZEROSHOT_RETRY_BASE_SECONDS": "0.2"}) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def git(repo: Path, *args: str) -> str:

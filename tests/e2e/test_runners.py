@@ -53,11 +53,8 @@ AGENT = textwrap.dedent(
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path, env={"ZEROSHOT_RETRY_BASE_SECONDS": "0.2"}).start()
-    try:
+    with LiveServer(tmp_path, env={"ZEROSHOT_RETRY_BASE_SECONDS": "0.2"}) as live:
         yield live
-    finally:
-        live.stop()
 
 
 @pytest.fixture

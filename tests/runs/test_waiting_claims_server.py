@@ -45,11 +45,8 @@ def files() -> Iterator[None]:
 
 @pytest.fixture
 def server(tmp_path: Path, files: None) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path).start()
-    try:
+    with LiveServer(tmp_path) as live:
         yield live
-    finally:
-        live.stop()
 
 
 async def http(

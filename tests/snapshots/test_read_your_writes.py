@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -28,15 +29,12 @@ READER = {
 
 @pytest.fixture
 def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[LiveServer]]:
-    started: list[LiveServer] = []
-    try:
+    with ExitStack() as stack:
+        started = []
         for n in range(request.param):
             (tmp_path / str(n)).mkdir()
-            started.append(LiveServer(tmp_path / str(n)).start())
+            started.append(stack.enter_context(LiveServer(tmp_path / str(n))))
         yield started
-    finally:
-        for live in started:
-            live.stop()
 
 
 @pytest.mark.parametrize(

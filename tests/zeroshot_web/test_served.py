@@ -41,11 +41,8 @@ def key() -> str:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    live = LiveServer(tmp_path).start()
-    try:
+    with LiveServer(tmp_path) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def raw_request(port: int, head: str, timeout: float = 10) -> bytes:
