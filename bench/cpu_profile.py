@@ -24,7 +24,9 @@ the extra server CPU over the same publishes with no page open, per message and 
 
 Then, unless ``--no-profile``, each path runs again against a server started under
 ``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
-named. Writes ``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
+named: for the first of ``--servers``, or those ``--profile-servers`` names. The kinds
+``uvicorn-sansio`` and ``uvicorn-wsproto`` are the production uvicorn command with its other
+websocket implementations (``--ws websockets-sansio``, ``--ws wsproto``). Writes ``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
 """
 
 from __future__ import annotations
@@ -82,15 +84,24 @@ message_publish_batch(cluster_id="{cluster}", drafts=[MessageDraft(**b) for b in
 """
 
 
+# uvicorn's websocket implementations, one server kind each (``--ws``): the same command
+# otherwise, so that they are compared on the push paths side by side.
+UVICORN_WS = {
+    "uvicorn": "websockets",
+    "uvicorn-sansio": "websockets-sansio",
+    "uvicorn-wsproto": "wsproto",
+}
+
+
 def server_command(kind: str, port: int) -> list[str]:
     """How each ASGI server is started: one process, the app as the operator's guide names it."""
     app = "zeroshot_web.asgi:application"
     if kind == "daphne":
         return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
-    if kind == "uvicorn":
+    if kind in UVICORN_WS:
         return [
             "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-            "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+            "--loop", "uvloop", "--http", "httptools", "--ws", UVICORN_WS[kind],
             "--ws-per-message-deflate", "false", "--lifespan", "on",
             "--no-access-log", "--log-level", "warning", app,
         ]  # fmt: skip
@@ -523,7 +534,7 @@ def bench_one(
                 print(f"{name} {db} round {n + 1}: {summary(rounds[-1])}", flush=True)
         finally:
             server.stop()
-        if not args.no_profile and kind == "daphne":
+        if not args.no_profile and kind in args.profile_servers.split(","):
             for path in paths:
                 server.profile_out = RESULTS / f"cpu-{name}-{db}-{path}.prof"
                 server.start()
@@ -668,7 +679,15 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", default="daphne", help="daphne,uvicorn,granian")
+    parser.add_argument(
+        "--servers",
+        default="daphne",
+        help="daphne,uvicorn,granian; uvicorn-sansio and uvicorn-wsproto: uvicorn with "
+        "--ws websockets-sansio or wsproto",
+    )
+    parser.add_argument(
+        "--profile-servers", help="which of --servers run again profiled (the first by default)"
+    )
     parser.add_argument("--only", default=",".join(PATHS), help=",".join(PATHS))
     parser.add_argument("--database-url", help="postgres://…/bench_…: also run on PostgreSQL")
     parser.add_argument("--redis-url", help="the channel layer for the PostgreSQL server")
@@ -688,6 +707,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(RESULTS / "cpu.md"))
     args = parser.parse_args()
+    if args.profile_servers is None:
+        args.profile_servers = args.servers.split(",")[0]
     paths = [p for p in args.only.split(",") if p]
     unknown = set(paths) - set(PATHS)
     if unknown:
