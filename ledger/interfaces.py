@@ -14,7 +14,7 @@ from ledger.admin_time import admin_time, admin_time_column
 from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
-from ledger.fanout import GroupFanout, pushed_messages
+from ledger.fanout import GroupFanout, Send, ServerSend, frame_send, pushed_messages
 from ledger.filters import MessageFilter
 from ledger.fleet import (
     ClusterGlance,
