@@ -26,7 +26,8 @@ Then, unless ``--no-profile``, each path runs again against a server started und
 ``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
 named: for the first of ``--servers``, or those ``--profile-servers`` names. The kinds
 ``uvicorn-sansio`` and ``uvicorn-wsproto`` are the production uvicorn command with its other
-websocket implementations (``--ws websockets-sansio``, ``--ws wsproto``). Writes ``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
+websocket implementations (``--ws websockets-sansio``, ``--ws wsproto``). Writes
+``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
 """
 
 from __future__ import annotations

@@ -220,7 +220,8 @@ def test_pushed_frames_go_through_the_server_s_send_past_the_wrappers_below_it(
         got = await sequences(stream, 1)  # caught up from the ledger
         for n in range(3):
             await database_sync_to_async(message_publish)(
-                cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", content={"text": str(n)})
+                cluster_id=cluster,
+                draft=MessageDraft(topic="T", sender="s", content={"text": str(n)}),
             )
         got += await sequences(stream, 3)
         await stream.disconnect()
