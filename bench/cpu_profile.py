@@ -27,8 +27,8 @@ measured apart), ``agents`` (the same with agents' streams).
 Then, unless ``--no-profile``, each path runs again against a server started under
 ``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
 named: for the first of ``--servers``, or those ``--profile-servers`` names. The kinds
-``uvicorn-sansio`` and ``uvicorn-wsproto`` are the production uvicorn command with its other
-websocket implementations (``--ws websockets-sansio``, ``--ws wsproto``). Writes
+``uvicorn-websockets`` and ``uvicorn-wsproto`` are the production uvicorn command with its other
+websocket implementations (``--ws websockets``, ``--ws wsproto``). Writes
 ``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
 """
 
@@ -88,10 +88,11 @@ message_publish_batch(cluster_id="{cluster}", drafts=[MessageDraft(**b) for b in
 
 
 # uvicorn's websocket implementations, one server kind each (``--ws``): the same command
-# otherwise, so that they are compared on the push paths side by side.
+# otherwise, so that they are compared on the push paths side by side. ``uvicorn`` is the
+# production command's (docs/decisions/0211).
 UVICORN_WS = {
-    "uvicorn": "websockets",
-    "uvicorn-sansio": "websockets-sansio",
+    "uvicorn": "websockets-sansio",
+    "uvicorn-websockets": "websockets",
     "uvicorn-wsproto": "wsproto",
 }
 
@@ -717,8 +718,8 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         default="daphne",
-        help="daphne,uvicorn,granian; uvicorn-sansio and uvicorn-wsproto: uvicorn with "
-        "--ws websockets-sansio or wsproto",
+        help="daphne,uvicorn,granian; uvicorn-websockets and uvicorn-wsproto: uvicorn with "
+        "--ws websockets or wsproto",
     )
     parser.add_argument(
         "--profile-servers", help="which of --servers run again profiled (the first by default)"

@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/ws_write_cost.py \
-        --servers uvicorn,uvicorn-sansio,uvicorn-wsproto --trees before=/tmp/old,after=.
+        --servers uvicorn,uvicorn-websockets,uvicorn-wsproto --trees before=/tmp/old,after=.
 
 ``cpu_profile.py``'s push paths publish one message at a time, so the frames' CPU is the small
 difference of two larger figures (publishes with sockets open and without). Here an agent
@@ -12,7 +12,7 @@ once with ``--sockets`` streams open (opened before the CPU window, so the hands
 it) and once with none; the difference over messages x sockets is the CPU of one frame's way
 from the fan-out to the socket (the consumer, the ASGI send, the server's websocket layer, the
 kernel's write), with little else in it. Each server is the production uvicorn command of
-``cpu_profile.py`` (``uvicorn-sansio``, ``uvicorn-wsproto``: its other ``--ws`` choices) on
+``cpu_profile.py`` (``uvicorn-websockets``, ``uvicorn-wsproto``: its other ``--ws`` choices) on
 SQLite. Prints a table; with ``--out``, writes it there too.
 """
 
@@ -81,7 +81,7 @@ def one_round(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", default="uvicorn,uvicorn-sansio,uvicorn-wsproto")
+    parser.add_argument("--servers", default="uvicorn,uvicorn-websockets,uvicorn-wsproto")
     parser.add_argument("--trees", help="label=DIR,...: serve each checkout in turn")
     parser.add_argument("--sockets", type=int, default=100)
     parser.add_argument("--batches", type=int, default=10)
