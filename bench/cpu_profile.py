@@ -20,11 +20,16 @@ request), ``claim`` and ``complete`` (8 workers on a running cluster of 16 agent
 were queued by trigger messages; each claim records its context build, each completion runs its
 hook and publishes its batch), ``page`` (the cluster page of a cluster of 150 messages: 100
 rows, signed in), ``push`` (``--sockets`` cluster pages listening while one agent publishes:
-the extra server CPU over the same publishes with no page open, per message and per socket).
+the extra server CPU over the same publishes with no page open, per message and per socket;
+the pages are opened before the CPU window and closed after it, their handshakes and closes
+measured apart), ``agents`` (the same with agents' streams).
 
 Then, unless ``--no-profile``, each path runs again against a server started under
 ``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
-named. Writes ``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
+named: for the first of ``--servers``, or those ``--profile-servers`` names. The kinds
+``uvicorn-websockets`` and ``uvicorn-wsproto`` are the production uvicorn command with its other
+websocket implementations (``--ws websockets``, ``--ws wsproto``). Writes
+``bench/results/cpu.md`` (or ``--out``) and ``cpu.json`` beside it.
 """
 
 from __future__ import annotations
@@ -82,15 +87,25 @@ message_publish_batch(cluster_id="{cluster}", drafts=[MessageDraft(**b) for b in
 """
 
 
+# uvicorn's websocket implementations, one server kind each (``--ws``): the same command
+# otherwise, so that they are compared on the push paths side by side. ``uvicorn`` is the
+# production command's (docs/decisions/0211).
+UVICORN_WS = {
+    "uvicorn": "websockets-sansio",
+    "uvicorn-websockets": "websockets",
+    "uvicorn-wsproto": "wsproto",
+}
+
+
 def server_command(kind: str, port: int) -> list[str]:
     """How each ASGI server is started: one process, the app as the operator's guide names it."""
     app = "zeroshot_web.asgi:application"
     if kind == "daphne":
         return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
-    if kind == "uvicorn":
+    if kind in UVICORN_WS:
         return [
             "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-            "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+            "--loop", "uvloop", "--http", "httptools", "--ws", UVICORN_WS[kind],
             "--ws-per-message-deflate", "false", "--lifespan", "on",
             "--no-access-log", "--log-level", "warning", app,
         ]  # fmt: skip
@@ -342,12 +357,26 @@ def push_figures(
     server: BenchServer, sockets: int, publishes: int, seed: int, *, agents: bool = False
 ) -> dict[str, Any]:
     """Server CPU per published message with ``sockets`` pages (or, with ``agents``, agents'
-    streams) open and with none."""
+    streams) open and with none. The sockets are opened before the CPU window and closed after
+    it: their handshakes and closes are a cost per socket, measured apart (``connect``), not
+    one per message."""
     rows: dict[str, Any] = {}
+    handshakes_s = 0.0
     for open_pages in (0, sockets):
         box: dict[str, Any] = {}
+        listeners: ph.Listeners | None = None
+        if open_pages:
+            settle(server)
+            before = server.cpu_seconds()
+            listeners = ph.Listeners(server, "c-push", open_pages, agents=agents).__enter__()
+            settle(server)
+            handshakes_s += server.cpu_seconds() - before
 
-        def run(open_pages: int = open_pages, box: dict[str, Any] = box) -> int:
+        def run(
+            open_pages: int = open_pages,
+            box: dict[str, Any] = box,
+            listeners: ph.Listeners | None = listeners,
+        ) -> int:
             box.update(
                 ph.websocket_publish(
                     server,
@@ -356,19 +385,31 @@ def push_figures(
                     publishes=publishes,
                     seed=2 * seed + (1 if open_pages else 0),  # markers of six digits
                     agents=agents,
+                    listeners=listeners,
                 )
             )
             return publishes + 3  # the warm-up publishes are inside the CPU window
 
-        figures = measured(server, run)
+        try:
+            figures = measured(server, run)
+        finally:
+            if listeners is not None:
+                before = server.cpu_seconds()
+                listeners.__exit__(None, None, None)
+                settle(server)
+                handshakes_s += server.cpu_seconds() - before
         rows[str(open_pages)] = {**figures, **box}
     without, with_pages = rows["0"], rows[str(sockets)]
     per_socket = (with_pages["cpu_ms"] - without["cpu_ms"]) / sockets
+    # As the figure was measured up to round 3: the handshakes and closes inside the window.
+    with_handshakes = per_socket + 1000 * handshakes_s / (publishes + 3) / sockets
     return {
         "sockets": sockets,
         "cpu_ms_per_message_no_pages": without["cpu_ms"],
         "cpu_ms_per_message_with_pages": with_pages["cpu_ms"],
         "cpu_ms_per_socket_per_message": per_socket,
+        "cpu_ms_per_socket_per_message_with_handshakes": with_handshakes,
+        "connect_ms_per_socket": 1000 * handshakes_s / sockets,
         "msg_s_ratio": with_pages["msg_s"] / without["msg_s"],
         "push_p50_ms": with_pages.get("push_p50_ms"),
         "delivered": with_pages.get("delivered"),
@@ -523,7 +564,7 @@ def bench_one(
                 print(f"{name} {db} round {n + 1}: {summary(rounds[-1])}", flush=True)
         finally:
             server.stop()
-        if not args.no_profile and kind == "daphne":
+        if not args.no_profile and kind in args.profile_servers.split(","):
             for path in paths:
                 server.profile_out = RESULTS / f"cpu-{name}-{db}-{path}.prof"
                 server.start()
@@ -586,7 +627,11 @@ def table(results: dict[str, Any]) -> list[str]:
                     f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
                     f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
                     f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms; "
-                    f"delivered {fmt([r['delivered'] for r in rows])}"
+                    f"delivered {fmt([r['delivered'] for r in rows])}; a socket's handshake "
+                    f"and close {fmt([r['connect_ms_per_socket'] for r in rows])} ms, per "
+                    "socket per message with them (as measured up to round 3) "
+                    f"{fmt([r['cpu_ms_per_socket_per_message_with_handshakes'] for r in rows], 3)}"
+                    " ms"
                 )
                 what = f"{path}, per socket per message"
                 row = f"| {kind} | {db} | {what} | {cpu} | {thr} | {note} |"
@@ -624,8 +669,10 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
         f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in (a cluster "
         f"of {PAGE_MESSAGES} messages, the page shows 100); push "
         f"{args.push_messages} messages one after the other with {args.sockets} cluster pages "
-        "open, minus the same with none, over the pages; agents: the same with as many agents' "
-        "streams (`/ws/clusters/<id>/`) instead of pages.",
+        "open, minus the same with none, over the pages (the pages opened before and closed "
+        "after the CPU window: their handshakes are a figure of their own in the note); "
+        "agents: the same with as many agents' streams (`/ws/clusters/<id>/`) instead of "
+        "pages.",
         "",
         *table(results),
         "",
@@ -668,7 +715,15 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", default="daphne", help="daphne,uvicorn,granian")
+    parser.add_argument(
+        "--servers",
+        default="daphne",
+        help="daphne,uvicorn,granian; uvicorn-websockets and uvicorn-wsproto: uvicorn with "
+        "--ws websockets or wsproto",
+    )
+    parser.add_argument(
+        "--profile-servers", help="which of --servers run again profiled (the first by default)"
+    )
     parser.add_argument("--only", default=",".join(PATHS), help=",".join(PATHS))
     parser.add_argument("--database-url", help="postgres://…/bench_…: also run on PostgreSQL")
     parser.add_argument("--redis-url", help="the channel layer for the PostgreSQL server")
@@ -688,6 +743,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(RESULTS / "cpu.md"))
     args = parser.parse_args()
+    if args.profile_servers is None:
+        args.profile_servers = args.servers.split(",")[0]
     paths = [p for p in args.only.split(",") if p]
     unknown = set(paths) - set(PATHS)
     if unknown:

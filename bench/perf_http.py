@@ -413,9 +413,11 @@ def websocket_publish(
     publishes: int,
     seed: int,
     agents: bool = False,
+    listeners: Listeners | None = None,
 ) -> dict[str, Any]:
     """One agent publishing one message at a time while ``sockets`` pages (or, with ``agents``,
-    agents' streams) listen."""
+    agents' streams) listen: opened here and closed after, or the ``listeners`` given, left
+    open (so that a caller can keep their handshakes out of what it measures)."""
     rng = random.Random(seed)
     headers = {"Authorization": f"Bearer {server.key}"}
     path = f"/api/v1/clusters/{cluster_id}/messages"
@@ -447,7 +449,12 @@ def websocket_publish(
     push: list[float] = []
     delivered = 0
     if sockets:
-        with Listeners(server, cluster_id, sockets, agents=agents) as listeners:
+        opened = (
+            contextlib.nullcontext(listeners)
+            if listeners is not None
+            else Listeners(server, cluster_id, sockets, agents=agents)
+        )
+        with opened as listeners:
             wall = run(listeners)
             time.sleep(0.2)
             for marker, started in sent.items():

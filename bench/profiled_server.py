@@ -24,6 +24,7 @@ MODULE = sys.argv[2]
 sys.argv = [MODULE, *sys.argv[3:]]
 PROFILES: list[cProfile.Profile] = []
 LOCK = threading.Lock()
+DUMPED: list[bool] = []
 _run = threading.Thread.run
 
 
@@ -39,7 +40,12 @@ def _profiled_run(self: threading.Thread) -> None:
 
 
 def _dump() -> None:
+    # Once: uvicorn re-raises the SIGTERM it caught after its shutdown (the first dump), and the
+    # exit's hook must not overwrite that with the few threads that ran after it.
     with LOCK:
+        if DUMPED:
+            return
+        DUMPED.append(True)
         profiles, PROFILES[:] = list(PROFILES), []
     stats: pstats.Stats | None = None
     for profile in profiles:

@@ -24,7 +24,9 @@ from ledger.interfaces import (
     JSON,
     GroupFanout,
     MessageRecord,
+    Send,
     cluster_group,
+    frame_send,
     pushed_messages,
     websocket_refusal,
     websocket_refuse,
@@ -150,8 +152,11 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     searching: bool = False
     # Frames pushed before the page was accepted, written right after it is.
     backlog: list[str] | None = None
+    # Where the pushed frames go: the server's own send (``ledger.fanout.frame_send``).
+    frame_send: Send
 
     async def connect(self) -> None:
+        self.frame_send = frame_send(self.scope, self.base_send)
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
         refusal = await websocket_refusal(self.scope, cluster_id, keys=False)
         if refusal:
@@ -192,7 +197,7 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             self.backlog.append(frame)
             return
         try:
-            await self.send(text_data=frame)
+            await self.frame_send({"type": "websocket.send", "text": frame})
         except Exception:
             # A page that went away meanwhile; the others still get the frame.
             logger.debug("push to a closed cluster page", exc_info=True)

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ledger.fanout import message_fanout, message_frame
+from ledger.fanout import Send, frame_send, message_fanout, message_frame
 from ledger.keys import ApiKeyIdentity, api_key_authenticate
 from ledger.push import cluster_group
 from ledger.selectors import cluster_exists, message_tail
@@ -102,8 +102,11 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     resynced_up_to: int = 0
     # Pushes that came before the socket was accepted and caught up, written right after.
     backlog: list[tuple[int, str]] | None = None
+    # Where the pushed frames go: the server's own send (``ledger.fanout.frame_send``).
+    frame_send: Send
 
     async def connect(self) -> None:
+        self.frame_send = frame_send(self.scope, self.base_send)
         cluster_id = self.scope["url_route"]["kwargs"]["cluster_id"]
         refusal = await websocket_refusal(self.scope, cluster_id)
         if refusal:
@@ -152,7 +155,7 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if sequence <= self.resynced_up_to:
             return
         try:
-            await self.send(text_data=frame)
+            await self.frame_send({"type": "websocket.send", "text": frame})
         except Exception:
             # A socket that went away meanwhile; the others still get the frame.
             logger.debug("push to a closed cluster stream", exc_info=True)

@@ -9,6 +9,10 @@ builds its frames once and writes them to every member, in the order the events 
 (docs/decisions/0160-push-fanout.md, 0181-agent-push-fanout.md).
 
 Subscriptions are keyed by event loop: one per server process, a test's own per test.
+
+A pushed frame is written through the ASGI server's own ``send``, which ``ServerSend`` keeps in
+the scope (``frame_send``), not through the send wrappers of every middleware and of Channels'
+consumer on the way: none of them does anything for a frame (docs/decisions/0210).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from channels.layers import get_channel_layer
@@ -148,6 +153,36 @@ class GroupFanout(Generic[Member]):
             except Exception:
                 # Live pushes are hints (SPEC §1.4): a socket catches up when it reconnects.
                 logger.exception("live push to the sockets of a cluster failed")
+
+
+# The scope key under which ``ServerSend`` keeps the ASGI server's own ``send``.
+SERVER_SEND = "zeroshot.server_send"
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ServerSend:
+    """ASGI middleware, the outermost of the websockets': keeps the server's own ``send`` in the
+    scope, for the pushed frames (``frame_send``).
+
+    The middleware beneath it wrap ``send`` for what happens once per socket (the metrics count
+    the accept, Channels' sessions act on an HTTP response start); a pushed frame, written once
+    per socket per message, gains nothing from passing through each of them. What must see every
+    frame does not belong beneath this middleware.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app({**scope, SERVER_SEND: send}, receive, send)
+
+
+def frame_send(scope: dict[str, Any], fallback: Send) -> Send:
+    """The send a socket's pushed frames go through: the server's own when ``ServerSend`` kept
+    it in ``scope``, else ``fallback`` (the consumer's, under an app without ``ServerSend``)."""
+    send: Send | None = scope.get(SERVER_SEND)
+    return send if send is not None else fallback
 
 
 class FrameSink(Protocol):

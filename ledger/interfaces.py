@@ -14,7 +14,7 @@ from ledger.admin_time import admin_time, admin_time_column
 from ledger.bus import Subscription, bus
 from ledger.consumers import websocket_refusal, websocket_refuse
 from ledger.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, TooLarge
-from ledger.fanout import GroupFanout, pushed_messages
+from ledger.fanout import GroupFanout, Send, ServerSend, frame_send, pushed_messages
 from ledger.filters import MessageFilter
 from ledger.fleet import (
     ClusterGlance,
@@ -135,6 +135,8 @@ __all__ = [
     "NotFound",
     "PipelineLag",
     "SearchHit",
+    "Send",
+    "ServerSend",
     "ServiceError",
     "Stage",
     "Subscription",
@@ -161,6 +163,7 @@ __all__ = [
     "cluster_transaction",
     "drafts_check",
     "error_responses",
+    "frame_send",
     "integer_check",
     "integer_problem",
     "json_check",

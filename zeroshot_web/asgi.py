@@ -87,9 +87,14 @@ application = PipelineStarter(
             # publishes with one thread hop, not Django's three (docs/decisions/0155), and so
             # are a lease's completion, heartbeat and failure (docs/decisions/0170).
             "http": RequestBodyLimit(ClaimRoute(PublishRoute(LeaseRoute(django_asgi_app)))),
-            "websocket": WebsocketCounter(
-                BrowserOriginValidator(
-                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), settings.ALLOWED_HOSTS
+            # Outermost, so that the pushed frames skip every send wrapper below it
+            # (docs/decisions/0210); nothing above wraps send.
+            "websocket": ledger.ServerSend(
+                WebsocketCounter(
+                    BrowserOriginValidator(
+                        AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+                        settings.ALLOWED_HOSTS,
+                    )
                 )
             ),
         }

@@ -220,10 +220,11 @@ def test_a_push_to_a_page_not_accepted_yet_is_kept_for_after_its_accept() -> Non
     connecting.backlog = []
     sent: list[str] = []
 
-    async def send(text_data: str) -> None:
-        sent.append(text_data)
+    async def frame_send(message: dict[str, Any]) -> None:
+        assert message["type"] == "websocket.send"
+        sent.append(message["text"])
 
-    open_page.send = send
+    open_page.frame_send = frame_send  # what connect takes from the scope
 
     async def scenario() -> list[str]:
         layer = get_channel_layer()

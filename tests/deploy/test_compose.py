@@ -71,14 +71,14 @@ def test_the_image_is_slim_unprivileged_collects_its_static_files_and_checks_its
     cmd = dockerfile_cmd()
     assert cmd[0] == "uvicorn"
     assert cmd[-1] == "zeroshot_web.asgi:application"
-    # the server the figures chose (docs/decisions/0190-uvicorn.md), as they measured it
+    # the server the figures chose (docs/decisions/0190-uvicorn.md, 0211), as they measured it
     for flag, value in {
         "--host": "0.0.0.0",
         "--port": "8000",
         "--backlog": "1024",
         "--loop": "uvloop",
         "--http": "httptools",
-        "--ws": "websockets",
+        "--ws": "websockets-sansio",
         "--ws-per-message-deflate": "false",
         "--lifespan": "on",
     }.items():

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from ledger.fanout import message_fanout, message_frame
+from ledger.fanout import ServerSend, message_fanout, message_frame
 from ledger.push import cluster_group, pusher
 from ledger.services import MessageDraft, message_publish, message_publish_batch
 from zeroshot_web.asgi import application
+from zeroshot_web.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -184,3 +186,47 @@ def test_a_frame_is_the_message_as_send_json_wrote_it() -> None:
     wire = {"id": "msg_1", "cluster_id": "c", "sequence": "7", "content": {"text": "<é>"}}
 
     assert message_frame(wire) == json.dumps({"type": "message", "data": wire})
+
+
+class SendRecorder:
+    """An ASGI middleware that notes the type of every message sent through it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.seen: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def noting_send(message: dict[str, Any]) -> None:
+            self.seen.append(message["type"])
+            await send(message)
+
+        await self.app(scope, receive, noting_send)
+
+
+@pytest.mark.parametrize("server_send", [True, False], ids=["server-send", "without"])
+def test_pushed_frames_go_through_the_server_s_send_past_the_wrappers_below_it(
+    cluster: str, api_key: str, server_send: bool
+) -> None:
+    """Under ``ServerSend`` a pushed frame skips the send wrappers beneath it (the accept and
+    what a stream catches up on still pass); without it, frames take the consumer's send."""
+    recorder = SendRecorder(URLRouter(websocket_urlpatterns))
+    app = ServerSend(recorder) if server_send else recorder
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+    pusher.flush()
+
+    async def scenario() -> list[str]:
+        stream = WebsocketCommunicator(app, f"/ws/clusters/{cluster}/?key={api_key}&after=0")
+        assert (await stream.connect())[0]
+        got = await sequences(stream, 1)  # caught up from the ledger
+        for n in range(3):
+            await database_sync_to_async(message_publish)(
+                cluster_id=cluster,
+                draft=MessageDraft(topic="T", sender="s", content={"text": str(n)}),
+            )
+        got += await sequences(stream, 3)
+        await stream.disconnect()
+        return got
+
+    assert asyncio.run(scenario()) == ["1", "2", "3", "4"]
+    pushed = 0 if server_send else 3
+    assert recorder.seen == ["websocket.accept"] + ["websocket.send"] * (1 + pushed)
