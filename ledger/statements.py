@@ -277,6 +277,25 @@ def message_by_id(*, cluster_id: str, message_id: str) -> MessageRecord | None:
     return _message(rows[0], cluster_id) if rows else None
 
 
+@cache
+def _by_sequence_select(vendor: str) -> str:
+    """One message of a cluster by its sequence (a seek on the unique ``(cluster, sequence)``)."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
+    return (
+        f"SELECT {columns} FROM {table} WHERE {_column(Message, 'cluster')} = %s "
+        f"AND {_column(Message, 'sequence')} = %s"
+    )
+
+
+def message_by_sequence(*, cluster_id: str, sequence: int) -> MessageRecord | None:
+    """The message at ``sequence`` in the cluster, or None: the snapshotter checks what it
+    folded last this way on every turn with a trigger message."""
+    rows = statement_rows(_by_sequence_select(connection.vendor), [cluster_id, sequence])
+    return _message(rows[0], cluster_id) if rows else None
+
+
 def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
     found = statement_rows(_cluster_select(connection.vendor), [cluster_id])
