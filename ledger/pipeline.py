@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -353,6 +354,9 @@ class Pipeline:
 
     def start(self) -> _Scheduler:
         """Start the scheduler's workers and its sweep (once per process)."""
+        running = self._scheduler
+        if running is not None and running.alive():
+            return running  # every commit asks: no lock when it runs already
         with self._guard:
             if self._scheduler is None or not self._scheduler.alive():
                 self._scheduler = _Scheduler(
@@ -512,6 +516,10 @@ class _Scheduler:
         self._delayed: list[tuple[float, str]] = []
         self._stopping = False
         self._stopped = threading.Event()
+        # Threads whose loop has ended, and the process that started them: ``alive`` without a
+        # look at each thread on every commit (a fork leaves the child without them).
+        self._ended = 0
+        self._pid = os.getpid()
         self._threads = [
             threading.Thread(target=self._work, name=f"ledger-pipeline-{n}", daemon=True)
             for n in range(workers)
@@ -521,11 +529,16 @@ class _Scheduler:
         )
 
     def start(self) -> None:
+        self._pid = os.getpid()
         for thread in self._threads:
             thread.start()
 
     def alive(self) -> bool:
-        return not self._stopping and all(t.is_alive() for t in self._threads)
+        return not self._stopping and self._ended == 0 and self._pid == os.getpid()
+
+    def _ending(self) -> None:
+        with self._cond:
+            self._ended += 1
 
     def stop(self, timeout: float) -> None:
         with self._cond:
@@ -607,6 +620,12 @@ class _Scheduler:
         return self._stopping
 
     def _work(self) -> None:
+        try:
+            self._turns()
+        finally:
+            self._ending()
+
+    def _turns(self) -> None:
         _current.scheduler = self
         while True:
             with self._cond:
@@ -641,6 +660,12 @@ class _Scheduler:
                     self._gather(cluster_id)
 
     def _sweep(self) -> None:
+        try:
+            self._sweeps()
+        finally:
+            self._ending()
+
+    def _sweeps(self) -> None:
         while not self._stopping:
             try:
                 lagging = clusters_lagging()

@@ -191,17 +191,6 @@ def message_get(*, cluster_id: str, message_id: str) -> MessageRecord:
     return found
 
 
-def _one(*, cluster_id: str, lookup: dict[str, object], missing: str) -> MessageRecord:
-    findable = storable(cluster_id) and all(
-        storable(v) if isinstance(v, str) else isinstance(v, int) and 0 <= v <= INT64_MAX
-        for v in lookup.values()
-    )
-    message = Message.objects.filter(cluster_id=cluster_id, **lookup).first() if findable else None
-    if message is None:
-        raise NotFound(missing, details=lookup)
-    return message_record(message, cluster_id=cluster_id)
-
-
 def message_tail(*, cluster_id: str, after: int, limit: int = DEFAULT_PAGE) -> list[MessageRecord]:
     """The cursor for tailing: messages with a sequence above ``after``, in sequence order."""
     return _in_sequence(cluster_id=cluster_id, where=MessageFilter(after=after), limit=limit)
@@ -294,12 +283,20 @@ def message_latest_by_cluster(
 
 
 def message_at_sequence(*, cluster_id: str, sequence: int) -> MessageRecord:
-    """The message with a given sequence, or ``NotFound``."""
-    return _one(
-        cluster_id=cluster_id,
-        lookup={"sequence": sequence},
-        missing=f"cluster {cluster_id!r} has no message with sequence {sequence}",
+    """The message with a given sequence, or ``NotFound`` (a prebuilt statement: the
+    snapshotter reads one on each turn with a trigger message)."""
+    findable = storable(cluster_id) and isinstance(sequence, int) and 0 <= sequence <= INT64_MAX
+    found = (
+        statements.message_by_sequence(cluster_id=cluster_id, sequence=sequence)
+        if findable
+        else None
     )
+    if found is None:
+        raise NotFound(
+            f"cluster {cluster_id!r} has no message with sequence {sequence}",
+            details={"sequence": sequence},
+        )
+    return found
 
 
 def lifecycle_event_latest(

@@ -277,6 +277,25 @@ def message_by_id(*, cluster_id: str, message_id: str) -> MessageRecord | None:
     return _message(rows[0], cluster_id) if rows else None
 
 
+@cache
+def _by_sequence_select(vendor: str) -> str:
+    """One message of a cluster by its sequence (a seek on the unique ``(cluster, sequence)``)."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
+    return (
+        f"SELECT {columns} FROM {table} WHERE {_column(Message, 'cluster')} = %s "
+        f"AND {_column(Message, 'sequence')} = %s"
+    )
+
+
+def message_by_sequence(*, cluster_id: str, sequence: int) -> MessageRecord | None:
+    """The message at ``sequence`` in the cluster, or None: the snapshotter checks what it
+    folded last this way on every turn with a trigger message."""
+    rows = statement_rows(_by_sequence_select(connection.vendor), [cluster_id, sequence])
+    return _message(rows[0], cluster_id) if rows else None
+
+
 def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
     found = statement_rows(_cluster_select(connection.vendor), [cluster_id])
@@ -439,12 +458,13 @@ class WriteCursor:
     cursor gets it with ``?``. It holds the connection it was opened on, so that the statements
     do not look ``django.db.connection`` up again for each of them."""
 
-    __slots__ = ("_cursor", "_qmark", "ops", "vendor")
+    __slots__ = ("_cursor", "_qmark", "features", "ops", "vendor")
 
     def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
         self._cursor = cursor
         self.vendor: str = db.vendor
         self.ops = db.ops
+        self.features = db.features
         self._qmark = driver and db.vendor == "sqlite"
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
@@ -540,6 +560,31 @@ def cluster_row_lock(cluster_id: str, *, cursor: WriteCursor | None = None) -> C
     return None if found is None else ClusterRow(cluster_id, *found)
 
 
+def cluster_row_claim(
+    cluster_id: str, *, count: int, floor: int, cursor: WriteCursor
+) -> ClusterRow | None:
+    """Lock the cluster's row and move it past ``count`` new messages in one statement
+    (``UPDATE … RETURNING``), the first of them stamped no earlier than ``floor`` and after the
+    row's clock: what ``cluster_row_lock``, the stamping and ``cluster_row_update`` of a
+    publish do in two statements. Returns the row as the lock would have read it, its clock
+    one before the first new message's (so ``ClusterWriter`` stamps the messages as the row
+    did), or ``None`` when the cluster does not exist. Only on databases that return rows
+    from an ``UPDATE`` (``claimable``)."""
+    cursor.execute(_claim_sql(cursor.vendor), [count, count, floor + count - 1, cluster_id])
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    last_sequence, last_timestamp, state, pipeline_sequence = found
+    return ClusterRow(
+        cluster_id, last_sequence - count, last_timestamp - count, state, pipeline_sequence
+    )
+
+
+def claimable(cursor: WriteCursor) -> bool:
+    """Whether ``cluster_row_claim`` can run here (SQLite from 3.35 and PostgreSQL can)."""
+    return bool(cursor.features.can_return_columns_from_insert)
+
+
 def cluster_row_update(
     row: ClusterRow, fields: Sequence[str], *, cursor: WriteCursor | None = None
 ) -> None:
@@ -591,6 +636,19 @@ def _lock_sql(vendor: str) -> str:
     return (
         f"SELECT {columns} FROM {quote(Cluster._meta.db_table)} "
         f"WHERE {_column(Cluster, 'id')} = %s{lock}"
+    )
+
+
+@cache
+def _claim_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    sequence, clock = _column(Cluster, "last_sequence"), _column(Cluster, "last_timestamp")
+    later = "GREATEST" if vendor == "postgresql" else "MAX"
+    returned = ", ".join(_column(Cluster, name) for name in _ROW_COLUMNS)
+    return (
+        f"UPDATE {quote(Cluster._meta.db_table)} SET {sequence} = {sequence} + %s, "
+        f"{clock} = {later}({clock} + %s, %s) "
+        f"WHERE {_column(Cluster, 'id')} = %s RETURNING {returned}"
     )
 
 

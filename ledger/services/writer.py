@@ -37,6 +37,8 @@ from ledger.services.imported_rows import (
 from ledger.statements import (
     ClusterRow,
     WriteCursor,
+    claimable,
+    cluster_row_claim,
     cluster_row_lock,
     cluster_row_update,
     driver_transaction,
@@ -85,15 +87,40 @@ def cluster_append(
             if cursor is None:
                 with cluster_transaction(cluster_id) as nested:
                     return nested.append(drafts, now=now, single=single, checked=True)
-            found = cluster_row_lock(cluster_id, cursor=cursor) if _named(cluster_id) else None
+            # Without idempotency keys every draft is new: the row's lock and its move past
+            # them are one statement (docs/decisions/0220).
+            claim = claimable(cursor) and all(d.idempotency_key is None for d in drafts)
+            found = None
+            if _named(cluster_id):
+                found = (
+                    cluster_row_claim(
+                        cluster_id,
+                        count=len(drafts),
+                        floor=_stamp_floor(drafts, now=now),
+                        cursor=cursor,
+                    )
+                    if claim
+                    else cluster_row_lock(cluster_id, cursor=cursor)
+                )
             if found is None:
                 raise _missing(cluster_id)
+            # What the claim wrote, before the writer moves its copy of the row.
+            claimed = (found.last_sequence + len(drafts), found.last_timestamp + len(drafts))
             writer = ClusterWriter(found, cursor=cursor)
             records = writer.append(drafts, now=now, single=single, checked=True)
+            if claim:
+                writer.claimed(last_sequence=claimed[0], last_timestamp=claimed[1])
             writer.flush()
         # Committed: handed to the bus as ``transaction.on_commit`` would, under the same lock.
         bus.deliver_committed(writer.committed)
     return records
+
+
+def _stamp_floor(drafts: Sequence[MessageDraft], *, now: int) -> int:
+    """The earliest the first of ``drafts`` (all new) may be stamped, the row's clock aside:
+    ``ClusterWriter._first_timestamp`` without the row."""
+    requested = [d.timestamp - offset for offset, d in enumerate(drafts) if d.timestamp is not None]
+    return max(now, *requested) if requested else now
 
 
 def _named(cluster_id: str) -> bool:
@@ -283,6 +310,18 @@ class ClusterWriter:
                 setattr(self._cluster, name, value)
             self._changed = changed
             raise
+
+    def claimed(self, *, last_sequence: int, last_timestamp: int) -> None:
+        """The row's sequence and clock were moved by ``cluster_row_claim`` already; what the
+        appends made of them must be what it wrote, and only other changes (an ending topic's
+        state) are left for ``flush``."""
+        row = self._cluster
+        if (row.last_sequence, row.last_timestamp) != (last_sequence, last_timestamp):
+            raise RuntimeError(
+                f"cluster {self.cluster_id} claimed up to #{last_sequence} at {last_timestamp}, "
+                f"appended up to #{row.last_sequence} at {row.last_timestamp}"
+            )
+        self._changed -= {"last_sequence", "last_timestamp"}
 
     def flush(self) -> None:
         """Write what changed on the cluster row (one UPDATE, or none)."""

@@ -11,11 +11,12 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from ledger.bus import bus
-from ledger.errors import Conflict
-from ledger.models import Cluster, Message
+from ledger.errors import Conflict, NotFound
+from ledger.models import Cluster, ClusterState, Message
 from ledger.pipeline import Batch, Pipeline
 from ledger.records import MessageRecord
 from ledger.services import MessageDraft, message_publish, message_publish_batch
+from ledger.services.publish import now_ms
 from ledger.statements import pipeline_cursor_move
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -72,10 +73,13 @@ def test_a_publish_is_committed_before_it_is_delivered(cluster: str) -> None:
     assert not open_transaction()
 
 
-def test_a_failing_publish_writes_nothing_and_leaves_no_transaction_open(cluster: str) -> None:
-    # given a database that fails the cluster row's update, after the messages' insert
+@pytest.mark.parametrize("verb", ["UPDATE", "INSERT"])
+def test_a_failing_publish_writes_nothing_and_leaves_no_transaction_open(
+    cluster: str, verb: str
+) -> None:
+    # given a database that fails the cluster row's move, or the messages' insert after it
     def failing(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if sql.startswith("UPDATE"):
+        if sql.startswith(verb):
             raise DatabaseError("disk I/O error")
         return execute(sql, params, many, context)
 
@@ -112,6 +116,109 @@ def test_an_idempotency_conflict_rolls_back_and_keeps_the_connection(cluster: st
     # then the conflict wrote nothing and the retry returns the original
     assert not open_transaction()
     assert again == first
+    assert stored_elsewhere(cluster) == [1]
+
+
+def verbs_of(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"].split()[0] for q in captured.captured_queries]
+
+
+def test_a_publish_without_keys_locks_and_moves_the_row_in_one_statement(cluster: str) -> None:
+    # when a message without an idempotency key is published, then one with a key (no
+    # pipeline run in this thread after them)
+    with override_settings(PIPELINE_MODE="off"):
+        with CaptureQueriesContext(connection) as plain:
+            message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+        with CaptureQueriesContext(connection) as keyed:
+            message_publish(
+                cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", idempotency_key="k")
+            )
+    # then the first moved the cluster's row as it locked it (UPDATE … RETURNING), then
+    # inserted; the second read the row under its lock, looked the key up, and moved the row
+    assert verbs_of(plain) == ["UPDATE", "INSERT"]
+    assert "RETURNING" in plain.captured_queries[0]["sql"]
+    assert verbs_of(keyed) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
+    row = Cluster.objects.get(pk=cluster)
+    assert (row.last_sequence, row.last_timestamp) == (2, Message.objects.get(sequence=2).timestamp)
+
+
+def stamps(cluster_id: str) -> list[tuple[int, int]]:
+    return list(
+        Message.objects.filter(cluster_id=cluster_id)
+        .order_by("sequence")
+        .values_list("sequence", "timestamp")
+    )
+
+
+def test_the_one_statement_stamps_messages_as_the_locked_row_does(cluster: str) -> None:
+    # given two clusters, one published to without keys (one statement moves the row), the
+    # other with a fresh key on every message (the row read under its lock, then moved)
+    from ledger.services import cluster_create
+
+    keyed = cluster_create(cluster_id="keyed").id
+    ahead = now_ms() + 60_000
+    # The clock is set ahead of the server's first, so that every stamp is the same on both.
+    script: list[list[dict[str, Any]]] = [
+        [{"timestamp": ahead}],
+        [{}],  # later messages follow the clock, not the server's time behind it
+        [{}, {}, {}],
+        [{}, {"timestamp": ahead + 10}, {}],  # a requested stamp inside a batch
+        [{"timestamp": 1}],  # a stamp in the past never moves the clock back
+        [{}],
+    ]
+    for round_no, batch in enumerate(script):
+        for target, keys in ((cluster, False), (keyed, True)):
+            drafts = [
+                MessageDraft(
+                    topic="T",
+                    sender="s",
+                    idempotency_key=f"k{round_no}-{i}" if keys else None,
+                    **fields,
+                )
+                for i, fields in enumerate(batch)
+            ]
+            message_publish_batch(cluster_id=target, drafts=drafts)
+    # then both hold the same sequences and stamps, 1 ms apart within a batch, never backwards
+    plain = stamps(cluster)
+    assert plain == stamps(keyed)
+    assert [s for s, _ in plain] == list(range(1, 11))
+    times = [t for _, t in plain]
+    assert times == sorted(times)
+    assert len(set(times)) == len(times)
+    assert times[:5] == [ahead + i for i in range(5)]
+    assert times[6] == ahead + 10
+    for target in (cluster, keyed):
+        row = Cluster.objects.get(pk=target)
+        assert (row.last_sequence, row.last_timestamp) == plain[-1]
+
+
+def test_an_ending_topic_still_moves_the_state_with_the_one_statement(cluster: str) -> None:
+    # when a cluster's completion is published without a key
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="CLUSTER_COMPLETE", sender="s"))
+    # then the cluster is completed with its sequence and clock moved
+    row = Cluster.objects.get(pk=cluster)
+    assert (row.state, row.last_sequence) == (ClusterState.COMPLETED, 1)
+
+
+def test_a_refused_publish_leaves_the_row_where_it_was(cluster: str) -> None:
+    # given a message with a publisher-given id
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", id="m-1"))
+    before = Cluster.objects.values_list("last_sequence", "last_timestamp").get(pk=cluster)
+    # when the id comes again in a batch, and a message goes to a cluster that does not exist
+    with pytest.raises(Conflict):
+        message_publish_batch(
+            cluster_id=cluster,
+            drafts=[
+                MessageDraft(topic="T", sender="s"),
+                MessageDraft(topic="T", sender="s", id="m-1"),
+            ],
+        )
+    with pytest.raises(NotFound):
+        message_publish(cluster_id="no-such", draft=MessageDraft(topic="T", sender="s"))
+    # then the row moved by the refused batch's first statement was rolled back with it
+    after = Cluster.objects.values_list("last_sequence", "last_timestamp").get(pk=cluster)
+    assert after == before
+    assert not open_transaction()
     assert stored_elsewhere(cluster) == [1]
 
 

@@ -208,6 +208,24 @@ def test_a_message_by_id_is_the_orms(filled: str) -> None:
             message_get(cluster_id=cluster_id, message_id=message_id)
 
 
+def test_a_message_by_sequence_is_the_orms(filled: str) -> None:
+    from ledger.errors import NotFound
+    from ledger.models import Message
+    from ledger.selectors import message_at_sequence, message_record
+
+    for message in Message.objects.filter(cluster_id=filled):
+        with CaptureQueriesContext(connection) as queries:
+            found = message_at_sequence(cluster_id=filled, sequence=message.sequence)
+        assert found == message_record(message, cluster_id=filled)
+        assert len(queries) == 1
+    for cluster_id, sequence in ((filled, 0), (filled, 10_000), ("nope", 1), (filled, -1)):
+        with pytest.raises(NotFound):
+            message_at_sequence(cluster_id=cluster_id, sequence=sequence)
+    with pytest.raises(NotFound), CaptureQueriesContext(connection) as queries:
+        message_at_sequence(cluster_id=filled, sequence=2**63)
+    assert len(queries) == 0
+
+
 @pytest.mark.parametrize(
     ("topics", "after", "upto", "limit"),
     [
