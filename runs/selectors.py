@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Q, Subquery, TextField
+from django.db.models import Count, Max, Q, Subquery, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from ledger.interfaces import (
@@ -114,20 +114,34 @@ class AgentActivity:
 
 def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentActivity]:
     """Each agent's state from its tasks, and the triggers its buffer holds or dropped (three
-    queries)."""
+    queries; none for a cluster without agents).
+
+    The finished tasks are counted in the database, per agent and state with the newest one's
+    time, on ``task_agent_queue`` (cluster, agent, state, created_at: it covers the query), as
+    ``runs.fleet.agents_at_a_glance`` reads them: a few rows per agent leave it, however many
+    tasks the cluster ran. An agent whose newest finished task failed is failed; finished
+    tasks of one millisecond count as failed when one of them failed.
+    """
+    if not agent_ids:
+        return {}
     open_tasks = Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).order_by(
         "created_at", "id"
     )
     by_agent: dict[str, list[Task]] = {}
     for task in open_tasks:
         by_agent.setdefault(task.agent_id, []).append(task)
-    finished: Counter[tuple[str, str]] = Counter()
+    finished: dict[tuple[str, str], int] = {}
     newest_finished: dict[str, tuple[int, str]] = {}
-    rows = Task.objects.filter(cluster_id=cluster_id).exclude(state__in=OPEN_STATES)
-    for agent, state, created in rows.values_list("agent_id", "state", "created_at"):
-        finished[(agent, state)] += 1
-        if created >= newest_finished.get(agent, (-1, ""))[0]:
-            newest_finished[agent] = (created, state)
+    rows = (
+        Task.objects.filter(cluster_id=cluster_id)
+        .exclude(state__in=OPEN_STATES)
+        .values_list("agent_id", "state")
+        .annotate(n=Count("*"), newest=Max("created_at"))
+        .order_by()
+    )
+    for agent, state, n, newest in rows:
+        finished[(agent, state)] = n
+        newest_finished[agent] = max(newest_finished.get(agent, (-1, "")), (newest, state))
     waiting: Counter[tuple[str, bool]] = Counter()
     kept = (
         BufferedTrigger.objects.filter(cluster_id=cluster_id)
@@ -156,8 +170,8 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
             current=task_record(current) if current is not None else None,
             # Tasks queued behind the current one only predate the buffer (docs/decisions/0130).
             buffered=max(0, len(tasks) - 1) + waiting[(agent_id, False)],
-            completed=finished[(agent_id, TaskState.COMPLETED)],
-            dropped=finished[(agent_id, TaskState.DROPPED)] + waiting[(agent_id, True)],
+            completed=finished.get((agent_id, TaskState.COMPLETED), 0),
+            dropped=finished.get((agent_id, TaskState.DROPPED), 0) + waiting[(agent_id, True)],
         )
     return activity
 
