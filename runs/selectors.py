@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Max, Q, Subquery, TextField
+from django.db.models import Count, Q, Subquery, TextField
 from django.db.models.functions import Cast, Length, Substr
 
 from ledger.interfaces import (
@@ -18,6 +18,7 @@ from ledger.interfaces import (
     message_latest_by_cluster,
     now_ms,
 )
+from runs import statements
 from runs.models import OPEN_STATES, BufferedTrigger, Runner, Task, TaskState
 from runs.records import RunnerRecord, TaskRecord, states_matching
 
@@ -114,7 +115,7 @@ class AgentActivity:
 
 def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentActivity]:
     """Each agent's state from its tasks, and the triggers its buffer holds or dropped (three
-    queries; none for a cluster without agents).
+    prebuilt statements, ``runs.statements``; none for a cluster without agents).
 
     The finished tasks are counted in the database, per agent and state with the newest one's
     time, on ``task_agent_queue`` (cluster, agent, state, created_at: it covers the query), as
@@ -124,32 +125,16 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
     """
     if not agent_ids:
         return {}
-    open_tasks = Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).order_by(
-        "created_at", "id"
-    )
     by_agent: dict[str, list[Task]] = {}
-    for task in open_tasks:
+    for task in statements.open_tasks(cluster_id):
         by_agent.setdefault(task.agent_id, []).append(task)
     finished: dict[tuple[str, str], int] = {}
     newest_finished: dict[str, tuple[int, str]] = {}
-    rows = (
-        Task.objects.filter(cluster_id=cluster_id)
-        .exclude(state__in=OPEN_STATES)
-        .values_list("agent_id", "state")
-        .annotate(n=Count("*"), newest=Max("created_at"))
-        .order_by()
-    )
-    for agent, state, n, newest in rows:
+    for agent, state, n, newest in statements.finished_counts(cluster_id):
         finished[(agent, state)] = n
         newest_finished[agent] = max(newest_finished.get(agent, (-1, "")), (newest, state))
     waiting: Counter[tuple[str, bool]] = Counter()
-    kept = (
-        BufferedTrigger.objects.filter(cluster_id=cluster_id)
-        .values("agent_id", "dropped")
-        .annotate(n=Count("pk"))
-        .values_list("agent_id", "dropped", "n")
-    )
-    for agent, dropped, n in kept:
+    for agent, dropped, n in statements.buffered_counts(cluster_id):
         waiting[(agent, dropped)] += n
     activity = {}
     for agent_id in agent_ids:
