@@ -57,8 +57,8 @@ import perf_http as ph  # a sibling script: the server subprocess, the loads, th
 
 ROOT = ph.ROOT
 RESULTS = ROOT / "bench" / "results"
-PATHS = ("publish", "batch", "tasks", "page", "push", "agents")
-ROWS = ("publish", "batch", "claim", "complete", "page", "push", "agents")
+PATHS = ("publish", "batch", "tasks", "page", "page-agents", "push", "agents")
+ROWS = ("publish", "batch", "claim", "complete", "page", "page-agents", "push", "agents")
 # What listens in the push paths: the cluster pages, or the agents' streams of the messages.
 LISTENERS = {"push": "pages", "agents": "agent streams"}
 AGENTS = 64  # an agent holds one task at a time: 64 claims, then 64 completions
@@ -85,6 +85,20 @@ topics = ["AGENT_OUTPUT", "WORKER_PROGRESS"]
 bodies = [ph.message_body(rng, rng.choice(topics)) for _ in range({messages})]
 message_publish_batch(cluster_id="{cluster}", drafts=[MessageDraft(**b) for b in bodies])
 """
+# The same page of a cluster that runs agents: the worker-validator template, started (its
+# worker's first task queued), then the same messages: the agents and topology panels, the
+# guidance form and the agents' tasks and builds read as an operator's page reads them.
+PAGE_AGENTS_SETUP = (
+    """
+from runs.services.clusters import cluster_start
+from context.services.templates import cluster_create_from_template
+cluster_create_from_template(
+    template_name="worker-validator", params=None, cluster_id="{cluster}", labels=None
+)
+cluster_start(cluster_id="{cluster}", issue={{"title": "Bench", "text": "A page to render."}})
+"""
+    + PAGE_SETUP
+)
 
 
 # uvicorn's websocket implementations, one server kind each (``--ws``): the same command
@@ -339,12 +353,12 @@ class Tasks:
         return out
 
 
-def page_load(server: BenchServer, requests: int) -> Callable[[], int]:
+def page_load(server: BenchServer, requests: int, cluster: str = "c-page") -> Callable[[], int]:
     def run() -> int:
         headers = {"Cookie": server.cookie}
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             for _ in range(requests):
-                answer = client.get("/clusters/c-page/")
+                answer = client.get(f"/clusters/{cluster}/")
                 answer.raise_for_status()
                 if b"<html" not in answer.content[:400].lower():
                     raise RuntimeError("the cluster page did not render")
@@ -425,6 +439,7 @@ def prepare(server: BenchServer, tasks: int) -> None:
     setups = (
         TASKS_SETUP.format(agents=AGENTS, cluster="tps", tasks=tasks),
         PAGE_SETUP.format(cluster="c-page", messages=PAGE_MESSAGES),
+        PAGE_AGENTS_SETUP.format(cluster="c-page-agents", messages=PAGE_MESSAGES),
     )
     for setup in setups:
         subprocess.run(
@@ -457,6 +472,8 @@ def run_paths(
             out["task_cycle_s"] = cycle["cycle"]["req_s"]
         elif path == "page":
             out[path] = measured(server, page_load(server, args.pages))
+        elif path == "page-agents":
+            out[path] = measured(server, page_load(server, args.pages, "c-page-agents"))
         elif path in LISTENERS:
             out[path] = push_figures(
                 server, args.sockets, args.push_messages, seed, agents=path == "agents"
@@ -667,7 +684,8 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
         f"batch 8 x {args.batches} of 100; tasks: {args.tasks} tasks of {AGENTS} agents, "
         "8 workers claiming (without waiting) one task per agent, then completing them, "
         f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in (a cluster "
-        f"of {PAGE_MESSAGES} messages, the page shows 100); push "
+        f"of {PAGE_MESSAGES} messages, the page shows 100; page-agents: the same messages in a "
+        "started worker-validator cluster, its agents' panels shown); push "
         f"{args.push_messages} messages one after the other with {args.sockets} cluster pages "
         "open, minus the same with none, over the pages (the pages opened before and closed "
         "after the CPU window: their handshakes are a figure of their own in the note); "

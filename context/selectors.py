@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import Max, Subquery
 
 from context.budget import PackDecision
 from context.models import ContextBuild
+from ledger.interfaces import statement_rows
 
 DEFAULT_PAGE = 50
 
@@ -107,20 +108,76 @@ def build_tokens(*, cluster_id: str, build_ids: list[int]) -> dict[int, int]:
     return dict(rows.values_list("pk", "final_tokens"))
 
 
+# What ``build_latest_by_agent`` reads of a build: ``BuildRecord`` without its texts.
+_LATEST_FIELDS = (
+    "id",
+    "cluster",
+    "agent_id",
+    "role",
+    "iteration",
+    "started_at",
+    "trigger_message_id",
+    "trigger_topic",
+    "max_tokens",
+    "final_tokens",
+    "metrics",
+    "reported_usage",
+    "config_version",
+)
+
+
+@cache
+def _latest_sql(vendor: str, clusters: int) -> str:
+    """The newest build of each agent of ``clusters`` clusters: the database picks the newest
+    id per (cluster, agent) on ``build_agent_recent``, and only those rows leave it."""
+    del vendor  # part of the cache key only: the quoting is the connection's
+    q = connection.ops.quote_name
+    columns = {f.name: q(f.column) for f in ContextBuild._meta.concrete_fields}
+    table = q(ContextBuild._meta.db_table)
+    among = ", ".join(["%s"] * clusters)
+    newest = (
+        f"SELECT MAX({columns['id']}) FROM {table} WHERE {columns['cluster']} IN ({among}) "
+        f"GROUP BY {columns['cluster']}, {columns['agent_id']}"
+    )
+    selected = ", ".join(columns[name] for name in _LATEST_FIELDS)
+    return f"SELECT {selected} FROM {table} WHERE {columns['id']} IN ({newest})"
+
+
+def _json(value: Any) -> Any:
+    """A JSON column's value as ``JSONField`` reads it (both backends hand over the text)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def build_latest_by_agent(*, cluster_ids: list[str]) -> dict[tuple[str, str], BuildRecord]:
-    """The newest build of each agent of some clusters, keyed by (cluster, agent); one query.
+    """The newest build of each agent of some clusters, keyed by (cluster, agent); one
+    prebuilt statement (the cluster page and the list read it on every load).
 
     The database picks the newest id per (cluster, agent) (ids grow with ``started_at``, which
     a cluster's clock keeps increasing), so only one row per agent leaves it.
     """
-    newest_ids = (
-        ContextBuild.objects.filter(cluster_id__in=cluster_ids)
-        .values("cluster_id", "agent_id")
-        .annotate(newest=Max("id"))
-        .values("newest")
-    )
-    builds = ContextBuild.objects.filter(pk__in=Subquery(newest_ids)).defer("pack_texts")
-    return {(b.cluster_id, b.agent_id): _record(b, with_texts=False) for b in builds}
+    if not cluster_ids:
+        return {}
+    latest = {}
+    rows = statement_rows(_latest_sql(connection.vendor, len(cluster_ids)), list(cluster_ids))
+    for row in rows:
+        (id_, cluster_id, agent_id, role, iteration, started_at, message_id, topic) = row[:8]
+        max_tokens, final_tokens, metrics, usage, version = row[8:]
+        latest[(cluster_id, agent_id)] = BuildRecord(
+            id=id_,
+            cluster_id=cluster_id,
+            agent_id=agent_id,
+            role=role,
+            iteration=iteration,
+            started_at=started_at,
+            trigger_message_id=message_id,
+            trigger_topic=topic,
+            max_tokens=max_tokens,
+            final_tokens=final_tokens,
+            metrics=_json(metrics),
+            reported_usage=_json(usage),
+            config_version=version,
+        )
+    return latest
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,8 +72,9 @@ def usage_of(builds: list[BuildRecord]) -> Usage | None:
 def agents_context(
     cluster: ClusterRecord, *, version: ledger.ConfigVersionRecord | None = None
 ) -> dict[str, Any]:
-    """Each agent with its state, current task and last build (three queries, and one more
-    that waits, when it lags, for the pipeline to pass the cluster's newest message).
+    """Each agent with its state, current task and last build (four queries, none of them for
+    a config without agents, and one more that waits, when it lags, for the pipeline to pass
+    the cluster's newest message).
 
     The agents are those the cluster runs now (zeroshot's completion-detector included when
     it joins), or those of an earlier config ``version`` (SPEC §7.7).
@@ -82,7 +83,8 @@ def agents_context(
     configured = agents_with_completion(version.agents if version else cluster.agents)
     ids = [str(a.get("id", "")) for a in configured]
     activity = tasks.agent_activity(cluster_id=cluster.id, agent_ids=ids)
-    latest = build_latest_by_agent(cluster_ids=[cluster.id])
+    # A config without agents shows none: no builds to read for them.
+    latest = build_latest_by_agent(cluster_ids=[cluster.id]) if ids else {}
     agents = []
     for agent in configured:
         agent_id = str(agent.get("id", ""))

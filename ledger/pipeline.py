@@ -50,7 +50,12 @@ from ledger.records import ClusterRecord, MessageRecord
 from ledger.services.drafts import MessageDraft
 from ledger.services.publish import now_ms
 from ledger.services.writer import ClusterWriter, cluster_transaction
-from ledger.statements import messages_after, pipeline_cluster, pipeline_cursor_move
+from ledger.statements import (
+    cluster_progress,
+    messages_after,
+    pipeline_cluster,
+    pipeline_cursor_move,
+)
 from ledger.topics import Topic
 
 logger = logging.getLogger(__name__)
@@ -322,10 +327,7 @@ class Pipeline:
         pipeline and waits, at most ``timeout`` (``PIPELINE_READ_WAIT_SECONDS``), re-reading
         the cursor — which another server may be moving. False when the wait ran out (logged).
         """
-        row = Cluster.objects.filter(pk=cluster_id).values_list(
-            "last_sequence", "pipeline_sequence"
-        )
-        first = row.first()
+        first = cluster_progress(cluster_id=cluster_id)
         if first is None or first[1] >= first[0]:
             return True
         target = first[0]

@@ -26,8 +26,8 @@ from django.db.models import Field
 
 from ledger.filters import MessageFilter
 from ledger.labels import labels_stored
-from ledger.models import Cluster, Message
-from ledger.records import JSON, ClusterRecord, MessageRecord
+from ledger.models import Cluster, ClusterConfigVersion, Message
+from ledger.records import JSON, ClusterRecord, ConfigVersionRecord, MessageRecord
 
 # What a filter asks of one column: (field, operator); the value is a parameter.
 Term = tuple[str, str]
@@ -74,7 +74,7 @@ def _terms(where: MessageFilter, *, event: str | None = None) -> tuple[tuple[Ter
     return tuple(terms), params
 
 
-def _column(model: type[Message | Cluster], name: str) -> str:
+def _column(model: type[Message | Cluster | ClusterConfigVersion], name: str) -> str:
     (field,) = (f for f in model._meta.concrete_fields if f.name == name)
     return connection.ops.quote_name(field.column)
 
@@ -386,6 +386,58 @@ def pipeline_cluster(*, cluster_id: str) -> tuple[ClusterRecord, int] | None:
         last_timestamp,
     )
     return record, cursor
+
+
+@cache
+def _progress_select(vendor: str) -> str:
+    """A cluster's newest sequence and its pipeline's cursor: one seek on its primary key."""
+    del vendor
+    columns = f"{_column(Cluster, 'last_sequence')}, {_column(Cluster, 'pipeline_sequence')}"
+    return (
+        f"SELECT {columns} FROM {connection.ops.quote_name(Cluster._meta.db_table)} "
+        f"WHERE {_column(Cluster, 'id')} = %s"
+    )
+
+
+def cluster_progress(*, cluster_id: str) -> tuple[int, int] | None:
+    """A cluster's newest sequence and the sequence its pipeline has passed, or ``None`` when
+    it does not exist (``Pipeline.caught_up`` reads it before every read that needs it)."""
+    found = statement_rows(_progress_select(connection.vendor), [cluster_id])
+    return (found[0][0], found[0][1]) if found else None
+
+
+@cache
+def _config_versions_select(vendor: str) -> str:
+    """A cluster's stored configs, oldest first (a seek on the index of the unique
+    ``cluster_config_version_unique``)."""
+    del vendor
+    fields = ("version", "config", "sender", "message_id", "diff", "created_at")
+    columns = ", ".join(_column(ClusterConfigVersion, f) for f in fields)
+    return (
+        f"SELECT {columns} FROM {connection.ops.quote_name(ClusterConfigVersion._meta.db_table)} "
+        f"WHERE {_column(ClusterConfigVersion, 'cluster')} = %s "
+        f"ORDER BY {_column(ClusterConfigVersion, 'version')}"
+    )
+
+
+def config_versions(*, cluster_id: str) -> list[ConfigVersionRecord]:
+    """Every stored config of a cluster, oldest first, detached as the ORM's rows were."""
+    records = []
+    for version, config, sender, message_id, diff, created_at in statement_rows(
+        _config_versions_select(connection.vendor), [cluster_id]
+    ):
+        config, diff = _json(config), _json(diff)
+        records.append(
+            ConfigVersionRecord(
+                version=version,
+                config=config if isinstance(config, dict) else {},
+                sender=sender,
+                message_id=message_id,
+                diff=diff if isinstance(diff, list) else [],
+                created_at=created_at,
+            )
+        )
+    return records
 
 
 @cache

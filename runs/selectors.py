@@ -18,6 +18,7 @@ from ledger.interfaces import (
     message_latest_by_cluster,
     now_ms,
 )
+from runs import statements
 from runs.models import OPEN_STATES, BufferedTrigger, Runner, Task, TaskState
 from runs.records import RunnerRecord, TaskRecord, states_matching
 
@@ -114,28 +115,26 @@ class AgentActivity:
 
 def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentActivity]:
     """Each agent's state from its tasks, and the triggers its buffer holds or dropped (three
-    queries)."""
-    open_tasks = Task.objects.filter(cluster_id=cluster_id, state__in=OPEN_STATES).order_by(
-        "created_at", "id"
-    )
+    prebuilt statements, ``runs.statements``; none for a cluster without agents).
+
+    The finished tasks are counted in the database, per agent and state with the newest one's
+    time, on ``task_agent_queue`` (cluster, agent, state, created_at: it covers the query), as
+    ``runs.fleet.agents_at_a_glance`` reads them: a few rows per agent leave it, however many
+    tasks the cluster ran. An agent whose newest finished task failed is failed; finished
+    tasks of one millisecond count as failed when one of them failed.
+    """
+    if not agent_ids:
+        return {}
     by_agent: dict[str, list[Task]] = {}
-    for task in open_tasks:
+    for task in statements.open_tasks(cluster_id):
         by_agent.setdefault(task.agent_id, []).append(task)
-    finished: Counter[tuple[str, str]] = Counter()
+    finished: dict[tuple[str, str], int] = {}
     newest_finished: dict[str, tuple[int, str]] = {}
-    rows = Task.objects.filter(cluster_id=cluster_id).exclude(state__in=OPEN_STATES)
-    for agent, state, created in rows.values_list("agent_id", "state", "created_at"):
-        finished[(agent, state)] += 1
-        if created >= newest_finished.get(agent, (-1, ""))[0]:
-            newest_finished[agent] = (created, state)
+    for agent, state, n, newest in statements.finished_counts(cluster_id):
+        finished[(agent, state)] = n
+        newest_finished[agent] = max(newest_finished.get(agent, (-1, "")), (newest, state))
     waiting: Counter[tuple[str, bool]] = Counter()
-    kept = (
-        BufferedTrigger.objects.filter(cluster_id=cluster_id)
-        .values("agent_id", "dropped")
-        .annotate(n=Count("pk"))
-        .values_list("agent_id", "dropped", "n")
-    )
-    for agent, dropped, n in kept:
+    for agent, dropped, n in statements.buffered_counts(cluster_id):
         waiting[(agent, dropped)] += n
     activity = {}
     for agent_id in agent_ids:
@@ -156,8 +155,8 @@ def agent_activity(*, cluster_id: str, agent_ids: list[str]) -> dict[str, AgentA
             current=task_record(current) if current is not None else None,
             # Tasks queued behind the current one only predate the buffer (docs/decisions/0130).
             buffered=max(0, len(tasks) - 1) + waiting[(agent_id, False)],
-            completed=finished[(agent_id, TaskState.COMPLETED)],
-            dropped=finished[(agent_id, TaskState.DROPPED)] + waiting[(agent_id, True)],
+            completed=finished.get((agent_id, TaskState.COMPLETED), 0),
+            dropped=finished.get((agent_id, TaskState.DROPPED), 0) + waiting[(agent_id, True)],
         )
     return activity
 

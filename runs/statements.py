@@ -390,3 +390,57 @@ def _settle_sql(vendor: str) -> str:
 def task_settle(*, task_id: str, sequence: int) -> None:
     """Mark the task's end as offered at ``sequence`` (once)."""
     _count(_settle_sql(connection.vendor), [sequence, task_id])
+
+
+# --- each agent's activity (the cluster page, its agents panel) --------------------------------
+
+
+@cache
+def _open_tasks_sql(vendor: str) -> str:
+    return (
+        f"SELECT {_task_columns(vendor)} FROM {_table(Task)} WHERE {_col(Task, 'cluster')} = %s "
+        f"AND {_col(Task, 'state')} IN (%s, %s, %s) "
+        f"ORDER BY {_col(Task, 'created_at')} ASC, {_col(Task, 'id')} ASC"
+    )
+
+
+def open_tasks(cluster_id: str) -> list[Task]:
+    """The cluster's queued, claimed and expired tasks, the oldest first."""
+    params = [cluster_id, _QUEUED, _CLAIMED, _EXPIRED]
+    return [_task(r) for r in _rows(_open_tasks_sql(connection.vendor), params)]
+
+
+@cache
+def _finished_counts_sql(vendor: str) -> str:
+    agent, state = _col(Task, "agent_id"), _col(Task, "state")
+    return (
+        f"SELECT {agent}, {state}, COUNT(*), MAX({_col(Task, 'created_at')}) FROM {_table(Task)} "
+        f"WHERE {_col(Task, 'cluster')} = %s AND NOT ({state} IN (%s, %s, %s)) "
+        f"GROUP BY {agent}, {state}"
+    )
+
+
+def finished_counts(cluster_id: str) -> list[tuple[str, str, int, int]]:
+    """(agent, state, tasks, the newest one's ``created_at``) of the cluster's finished tasks:
+    a few rows per agent, read on ``task_agent_queue``, which covers the query."""
+    params = [cluster_id, _QUEUED, _CLAIMED, _EXPIRED]
+    return [
+        (agent, state, int(n), int(newest))
+        for agent, state, n, newest in _rows(_finished_counts_sql(connection.vendor), params)
+    ]
+
+
+@cache
+def _buffered_counts_sql(vendor: str) -> str:
+    agent, dropped = _col(BufferedTrigger, "agent_id"), _col(BufferedTrigger, "dropped")
+    return (
+        f"SELECT {agent}, {dropped}, COUNT(*) FROM {_table(BufferedTrigger)} "
+        f"WHERE {_col(BufferedTrigger, 'cluster')} = %s GROUP BY {agent}, {dropped}"
+    )
+
+
+def buffered_counts(cluster_id: str) -> list[tuple[str, bool, int]]:
+    """(agent, dropped, triggers) of the triggers the cluster's agents' buffers hold or
+    dropped."""
+    rows = _rows(_buffered_counts_sql(connection.vendor), [cluster_id])
+    return [(agent, bool(dropped), int(n)) for agent, dropped, n in rows]

@@ -6,10 +6,14 @@ import asyncio
 import os
 from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zeroshot_web.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from zeroshot_web.handler import SyncViewHandler  # noqa: E402  (needs the apps loaded)
+
+django_asgi_app = SyncViewHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the apps loaded)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

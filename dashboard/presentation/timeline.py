@@ -32,7 +32,7 @@ _escape = html.escape
 
 def rows_html(rows: Iterable[tuple[MessageRecord, SearchHit | None]]) -> SafeString:
     """The rows of messages (with their search hits, if any), in the order given."""
-    task_prefix = reverse("dashboard:task", kwargs={"task_id": "0"}).removesuffix("0/")
+    task_prefix = _escape(reverse("dashboard:task", kwargs={"task_id": "0"}).removesuffix("0/"))
     prefixes: dict[str, str] = {}
     written = []
     for message, hit in rows:
@@ -40,6 +40,7 @@ def rows_html(rows: Iterable[tuple[MessageRecord, SearchHit | None]]) -> SafeStr
         if prefix is None:
             prefix = prefixes[message.cluster_id] = _json_url_prefix(message.cluster_id)
         task_id = _task_of(message)
+        # The prefixes are escaped once; a sequence and a task id (``_TASK_ID``) need none.
         written.append(
             _row(
                 message,
@@ -63,16 +64,20 @@ def _task_of(message: MessageRecord) -> str | None:
 
 
 def _json_url_prefix(cluster_id: str) -> str:
-    """The URL of a message as JSON without its last part: one ``reverse()`` per cluster."""
+    """The URL of a message as JSON without its last part, escaped: one ``reverse()`` per
+    cluster."""
     url = reverse("dashboard:message-json", kwargs={"cluster_id": cluster_id, "sequence": 0})
-    return url.removesuffix("0.json")
+    return _escape(url.removesuffix("0.json"))
 
 
 def _times(ms: int) -> tuple[str, str, str]:
-    """The ISO instant, the UTC text and the row's stamp of a time, from one reading of it."""
+    """The ISO instant, the UTC text and the row's stamp of a time, from one reading of it,
+    ready for the markup: a date's texts hold digits, ``-``, ``:``, ``.``, ``T``, ``Z``,
+    spaces and ``UTC``, nothing to escape."""
     moment = moment_of(ms)
     if moment is None:
-        return "", str(ms), str(ms)
+        shown = _escape(str(ms))
+        return "", shown, shown
     iso = moment_iso(moment)
     if moment.year < 1000:  # strftime does not pad such years as the ISO form does
         return iso, moment_utc(moment), moment_stamp(moment)
@@ -99,7 +104,7 @@ def _line(message: MessageRecord, hit: SearchHit | None) -> str:
 def _row(
     message: MessageRecord, hit: SearchHit | None, *, json_url: str, task_url: str | None
 ) -> str:
-    iso, utc, stamp = (_escape(t) for t in _times(message.timestamp))
+    iso, utc, stamp = _times(message.timestamp)
     sequence, ms = message.sequence, message.timestamp
     topic, sender = _escape(message.topic), _escape(message.sender)
     text, content, metadata = message.text, message.content, message.metadata
@@ -115,7 +120,7 @@ def _row(
         if metadata is not None
         else ""
     )
-    task_html = f' · <a href="{_escape(task_url)}">Its task, step by step</a>' if task_url else ""
+    task_html = f' · <a href="{task_url}">Its task, step by step</a>' if task_url else ""
     return f"""
 <li class="msg" id="msg-{sequence}" data-sequence="{sequence}">
   <details>
@@ -136,7 +141,7 @@ def _row(
       {text_html}
       {data_html}
       {metadata_html}
-      <p class="small"><a href="{_escape(json_url)}">Message as JSON</a>{task_html}</p>
+      <p class="small"><a href="{json_url}">Message as JSON</a>{task_html}</p>
     </div>
   </details>
 </li>

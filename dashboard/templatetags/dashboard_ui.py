@@ -1,6 +1,7 @@
 """Template filters of the operator pages: topic colours, times, JSON, budget bars.
 
-Every filter returns plain text; the template engine escapes it. None marks anything safe.
+Every filter returns plain text; the template engine escapes it. None marks anything safe. The
+one tag that returns markup, ``topology_panel``, escapes every text it prints itself.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from urllib.parse import quote
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.safestring import SafeString
 
 from dashboard.presentation.labels import (
     first_line,
@@ -21,6 +23,7 @@ from dashboard.presentation.labels import (
     time_text,
     topic_tone,
 )
+from dashboard.presentation.topology_panel import topology_panel_html
 
 register = template.Library()
 register.filter("topic_tone", topic_tone)
@@ -122,3 +125,20 @@ def duration_text(ms: int | None) -> str:
     if ms < 60_000:
         return f"{ms / 1000:.1f} s"
     return elapsed_text(0, ms)
+
+
+@register.simple_tag(takes_context=True)
+def topology_panel(context: template.Context) -> SafeString:
+    """The topology panel of the cluster page and of the agents panel's refresh, written in
+    Python (``dashboard.presentation.topology_panel``); needs the names the panel's template
+    names."""
+    return topology_panel_html(
+        topology=context.get("topology"),
+        tones=context.get("tones") or (),
+        node_h=context.get("node_h") or 0,
+        completion=context.get("completion") or "",
+        config_versions=context.get("config_versions") or [],
+        # No version is picked when none is named (versions count from 1).
+        config_version=context.get("config_version") or 0,
+        oob=bool(context.get("oob")),
+    )

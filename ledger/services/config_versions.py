@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ledger import statements
 from ledger.errors import NotFound
 from ledger.models import Cluster, ClusterConfigVersion
 from ledger.records import JSON, ConfigVersionRecord
@@ -48,11 +49,9 @@ def cluster_config_change(
 
 
 def cluster_config_versions(*, cluster_id: str) -> list[ConfigVersionRecord]:
-    """Every stored config of a cluster, oldest first (one query); ``[]`` before any change."""
-    return [
-        _record(row)
-        for row in ClusterConfigVersion.objects.filter(cluster_id=cluster_id).order_by("version")
-    ]
+    """Every stored config of a cluster, oldest first (one prebuilt statement: the cluster
+    page reads them on every load); ``[]`` before any change."""
+    return statements.config_versions(cluster_id=cluster_id)
 
 
 def cluster_config_at(*, cluster_id: str, version: int) -> ConfigVersionRecord:

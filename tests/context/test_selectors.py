@@ -32,6 +32,16 @@ def test_latest_build_per_agent_in_one_query(django_assert_num_queries) -> None:
     assert latest[("one", "worker")].iteration == 3
     assert latest[("one", "worker")].id == build_list(cluster_id="one", agent_id="worker")[0].id
     assert latest[("two", "worker")].iteration == 1
+    # each is the build as the list reads it (its metrics and usage decoded), and none is left
+    listed = {
+        (b.cluster_id, b.agent_id): b
+        for c in ("two", "one")
+        for b in build_list(cluster_id=c)[::-1]
+    }
+    assert latest == listed
+    assert latest[("one", "worker")].metrics
+    assert build_latest_by_agent(cluster_ids=[]) == {}
+    assert build_latest_by_agent(cluster_ids=["nope"]) == {}
 
 
 def test_previous_build_is_the_newest_by_start_then_id() -> None:

@@ -376,6 +376,21 @@ def test_cluster_page_query_count_does_not_grow_with_the_ledger(
     assert len(row_texts(large.content.decode())) == 100
 
 
+def test_cluster_page_without_agents_reads_no_tasks_nor_builds(
+    operator_client: Client, django_assert_num_queries: Any
+) -> None:
+    cluster_create(cluster_id="bare")
+    many("bare", 120)
+
+    # session, user, cluster, one timeline page, the pipeline's cursor, newest snapshot, the
+    # config versions: no agent, so no tasks, trigger buffers or builds to read
+    with django_assert_num_queries(7):
+        html = operator_client.get("/clusters/bare/").content.decode()
+
+    assert len(row_texts(html)) == 100
+    assert "This cluster's config has no agents." in html
+
+
 def test_side_panel_shows_snapshot_agents_and_topology(operator_client: Client, busy: str) -> None:
     message_publish(
         cluster_id=busy,

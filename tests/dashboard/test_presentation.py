@@ -537,3 +537,53 @@ def test_timeline_rows_write_times_as_the_filters_do(ms: int) -> None:
         html,
     )
     assert stamped == (iso_ms(ms), str(ms), utc_text(ms), stamp_text(ms))
+
+
+def test_the_topology_panel_escapes_every_config_text_and_marks_the_picked_version() -> None:
+    import dataclasses
+
+    from dashboard.presentation.topology_panel import topology_panel_html
+    from dashboard.topology import topology
+
+    hostile = "<b>\"x'&"
+    graph = topology(chain(3))
+    graph = dataclasses.replace(
+        graph,
+        nodes=tuple(dataclasses.replace(n, id=n.id + hostile) for n in graph.nodes),
+        edges=tuple(dataclasses.replace(e, topic=e.topic + hostile) for e in graph.edges),
+    )
+    versions = [
+        {"version": 1, "sender": "", "summary": "the config it was created with", "current": False},
+        {"version": 2, "sender": hostile, "summary": hostile, "current": True},
+    ]
+
+    html = topology_panel_html(
+        topology=graph,
+        tones=range(2),
+        node_h=28,
+        completion=hostile,
+        config_versions=versions,
+        config_version=2,
+        oob=True,
+    )
+
+    assert "<b>" not in html
+    escaped = "&lt;b&gt;&quot;x&#x27;&amp;"
+    assert html.count(f"<title>agent-0{escaped}</title>") == 1
+    assert html.count(f"{escaped}</text>") >= len(graph.nodes)
+    assert html.count('<g class="edge ') == len(graph.edges)
+    assert '<li class="picked"><a href="?config_version=2" aria-current="true">v2</a>' in html
+    assert '<li><a href="?config_version=1">v1</a> <span class="muted small">the config' in html
+    assert html.startswith('    <section class="panel" id="topology-panel" ')
+    assert '"topology-title" hx-swap-oob="true">' in html.splitlines()[0]
+    assert f'<p class="muted small completion-rule">{escaped}</p>' in html
+    empty = topology_panel_html(
+        topology=topology([]),
+        tones=(),
+        node_h=28,
+        completion="",
+        config_versions=[],
+        config_version=1,
+    )
+    assert "No topic connects these agents" in empty
+    assert "config-versions" not in empty

@@ -258,3 +258,29 @@ def test_the_tail_of_some_topics_is_the_orms_answer_in_one_statement(
         )
     # then it is the same messages, in sequence order, from one statement
     assert found == expected
+
+
+def test_the_cluster_pages_reads_are_index_seeks_on_sqlite(filled: str) -> None:
+    from ledger.interfaces import cluster_config_versions, message_timeline, pipeline
+    from ledger.models import Message
+    from ledger.selectors import message_record
+
+    if connection.vendor != "sqlite":
+        pytest.skip("reads SQLite's query plans")
+    # given the newest timeline page, the pipeline's cursor and the config versions
+    with CaptureQueriesContext(connection) as captured:
+        rows, more = message_timeline(cluster_id=filled, limit=10)
+        pipeline.caught_up(filled, timeout=0)
+        assert cluster_config_versions(cluster_id=filled) == []
+
+    # then the page is the ORM's newest ten, and each read one seek, nothing sorted
+    newest = Message.objects.filter(cluster_id=filled).order_by("-timestamp", "-sequence")[:11]
+    assert rows == [message_record(m) for m in newest][:10]
+    assert more
+    plans = [_plan(q["sql"]) for q in captured.captured_queries]
+    assert [_indexes(plan) for plan in plans] == [
+        ["msg_cluster_time"],
+        ["sqlite_autoindex_ledger_cluster_1"],
+        ["sqlite_autoindex_ledger_clusterconfigversion_1"],  # (cluster, version) unique
+    ]
+    assert not [step for plan in plans for step in plan if "TEMP B-TREE" in step]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.test.utils import CaptureQueriesContext
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
@@ -262,6 +262,32 @@ def test_the_trigger_stages_reads_are_the_orms() -> None:
     assert [fields(t) for t in statements.leases_lapsed(now=920, limit=2)] == [
         fields(t) for t in lapsed.order_by("lease_expires_at")[:2]
     ]
+
+
+def test_the_agents_activity_reads_are_the_orms() -> None:
+    tasks_in_every_state()
+    open_states = (TaskState.QUEUED, TaskState.CLAIMED, TaskState.EXPIRED)
+    for cluster_id in ("c1", "c2", "nope"):
+        opened = Task.objects.filter(cluster_id=cluster_id, state__in=open_states)
+        assert [fields(t) for t in statements.open_tasks(cluster_id)] == [
+            fields(t) for t in opened.order_by("created_at", "id")
+        ]
+        finished = (
+            Task.objects.filter(cluster_id=cluster_id)
+            .exclude(state__in=open_states)
+            .values_list("agent_id", "state")
+            .annotate(n=Count("*"), newest=Max("created_at"))
+            .order_by()
+        )
+        assert sorted(statements.finished_counts(cluster_id)) == sorted(finished)
+        kept = (
+            BufferedTrigger.objects.filter(cluster_id=cluster_id)
+            .values_list("agent_id", "dropped")
+            .annotate(n=Count("*"))
+            .order_by()
+        )
+        assert sorted(statements.buffered_counts(cluster_id)) == sorted(kept)
+        assert all(isinstance(d, bool) for _, d, _ in statements.buffered_counts(cluster_id))
 
 
 def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:

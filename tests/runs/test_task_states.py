@@ -259,3 +259,57 @@ def test_concurrent_completions_with_one_body_all_get_the_same_messages(db: None
     # and another body is still refused
     with pytest.raises(Conflict):
         task_complete(task_id=claimed.task.id, lease_id=claimed.task.lease_id, result={"x": 1})
+
+
+# --- each agent's activity -----------------------------------------------------------------------
+
+
+def ended(first: Task, *states_at: tuple[TaskState, int]) -> None:
+    """Finished tasks of ``first``'s agent, one per (state, created_at): copies of its row."""
+    for n, (state, created_at) in enumerate(states_at):
+        first.pk = f"task_{first.agent_id}_{n}"
+        first.trigger_message_id = f"m-{first.agent_id}-{n}"
+        first.state, first.created_at = state, created_at
+        first.save(force_insert=True)
+
+
+def test_agent_activity_counts_finished_tasks_and_reads_the_newest(
+    django_assert_num_queries: Any,
+) -> None:
+    # given three agents, each triggered once, whose tasks are replaced by finished ones
+    cid = running(agent("worker"), agent("checker"), agent("tied"), agent("idle", topic="NEVER"))
+    publish(cid)
+    firsts = {t.agent_id: t for t in Task.objects.filter(cluster_id=cid)}
+    Task.objects.filter(cluster_id=cid).delete()
+    completed, failed = TaskState.COMPLETED, TaskState.FAILED
+    # worker: two completed, one dropped, then its newest failed
+    ended(firsts["worker"], (completed, 10), (TaskState.DROPPED, 11), (completed, 12), (failed, 13))
+    # checker: failed, then a newer one completed
+    ended(firsts["checker"], (failed, 10), (completed, 20), (TaskState.CANCELLED, 5))
+    # tied: a completed and a failed task of the same millisecond
+    ended(firsts["tied"], (completed, 30), (failed, 30))
+
+    # when the activity is read (open tasks, finished ones grouped, the buffers)
+    with django_assert_num_queries(3):
+        activity = agent_activity(
+            cluster_id=cid, agent_ids=["worker", "checker", "tied", "idle", "ghost"]
+        )
+
+    # then each agent's counts and its state from its newest finished task
+    seen = {
+        a: (x.state, x.completed, x.dropped, x.buffered, x.current) for a, x in activity.items()
+    }
+    assert seen == {
+        "worker": ("failed", 2, 1, 0, None),
+        "checker": ("idle", 1, 0, 0, None),
+        "tied": ("failed", 1, 0, 0, None),
+        "idle": ("idle", 0, 0, 0, None),
+        "ghost": ("idle", 0, 0, 0, None),
+    }
+
+
+def test_agent_activity_of_no_agents_reads_nothing(django_assert_num_queries: Any) -> None:
+    cid = running(agent("worker"))
+    publish(cid)
+    with django_assert_num_queries(0):
+        assert agent_activity(cluster_id=cid, agent_ids=[]) == {}
