@@ -465,6 +465,10 @@ class WriteCursor:
     def rowcount(self) -> int:
         return int(self._cursor.rowcount)
 
+    @property
+    def closed(self) -> bool:
+        return bool(self._cursor.closed)
+
 
 @contextmanager
 def _current_cursor() -> Iterator[WriteCursor]:
@@ -476,11 +480,30 @@ def _current_cursor() -> Iterator[WriteCursor]:
             yield WriteCursor(cursor, db=db, driver=False)
         return
     with db.wrap_database_errors:
+        if db.vendor == "postgresql":
+            yield _kept_cursor(db)
+            return
         cursor = db.connection.cursor()
         try:
             yield WriteCursor(cursor, db=db, driver=True)
         finally:
             cursor.close()
+
+
+# Where a connection's kept cursor hangs on Django's wrapper (one wrapper per thread).
+_KEPT = "_ledger_kept_cursor"
+
+
+def _kept_cursor(db: BaseDatabaseWrapper) -> WriteCursor:
+    """PostgreSQL: the driver's cursor of the wrapper's current connection, made once and kept
+    (psycopg takes a statement's rows when it runs it, so a cursor holds nothing from one
+    statement to the next, and making one cost more than a short statement's own work). A new
+    connection (the pool lends another, a reconnect) gets a cursor of its own."""
+    kept: tuple[Any, WriteCursor] | None = getattr(db, _KEPT, None)
+    if kept is None or kept[0] is not db.connection or kept[1].closed:
+        kept = (db.connection, WriteCursor(db.connection.cursor(), db=db, driver=True))
+        setattr(db, _KEPT, kept)
+    return kept[1]
 
 
 @cache
