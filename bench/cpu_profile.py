@@ -523,7 +523,7 @@ def bench_one(
                 print(f"{name} {db} round {n + 1}: {summary(rounds[-1])}", flush=True)
         finally:
             server.stop()
-        if not args.no_profile and kind == "daphne":
+        if not args.no_profile and kind == args.servers.split(",")[0]:
             for path in paths:
                 server.profile_out = RESULTS / f"cpu-{name}-{db}-{path}.prof"
                 server.start()

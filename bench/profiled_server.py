@@ -24,6 +24,7 @@ MODULE = sys.argv[2]
 sys.argv = [MODULE, *sys.argv[3:]]
 PROFILES: list[cProfile.Profile] = []
 LOCK = threading.Lock()
+DUMPED = False
 _run = threading.Thread.run
 
 
@@ -39,7 +40,13 @@ def _profiled_run(self: threading.Thread) -> None:
 
 
 def _dump() -> None:
+    # Once: uvicorn re-raises SIGTERM after its shutdown (the dump), and the exit hook that runs
+    # later would overwrite the file with the few threads started since.
+    global DUMPED
     with LOCK:
+        if DUMPED:
+            return
+        DUMPED = True
         profiles, PROFILES[:] = list(PROFILES), []
     stats: pstats.Stats | None = None
     for profile in profiles:
