@@ -304,12 +304,14 @@ def _cluster_record(
 ) -> ClusterRecord:
     """A cluster's row, its JSON columns as stored, detached as ``selectors.cluster_record``
     does (``activity``: its newest message's time)."""
+    text = config if isinstance(config, str) else None
     config, params = _json(config), _json(params)
     return ClusterRecord(
         id=id_,
         created_at=created_at,
         state=state,
         config=config if isinstance(config, dict) else {},
+        config_text=text if isinstance(config, dict) else None,
         template=template or None,
         params=params if isinstance(params, dict) else {},
         message_count=last_sequence,

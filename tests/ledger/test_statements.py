@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -143,6 +144,10 @@ def test_a_cluster_reads_as_the_list_reads_it(filled: str, cluster: str) -> None
         assert cluster_get(cluster_id=cid) == cluster_list(only_id=cid)[0]
     assert cluster_get(cluster_id="empty").last_activity is None
     assert cluster_get(cluster_id=filled).last_activity == T0 + 21
+    # a record read from the row carries the config's stored text, which reads as its config
+    text = cluster_get(cluster_id="empty").config_text
+    assert text is not None
+    assert json.loads(text) == {"agents": [{"id": "a"}]}
 
 
 def test_statements_are_index_seeks_on_sqlite(filled: str) -> None:
