@@ -210,6 +210,29 @@ def newest_of_topics(
 
 
 @cache
+def _oldest_of_each(vendor: str, shapes: tuple[tuple[Term, ...], ...]) -> str:
+    """The oldest messages (a ``LIMIT`` each) of each shape, as one statement of one seek each."""
+    return " UNION ALL ".join(
+        f"SELECT * FROM ({_message_select(vendor, terms, False, True)}) AS oldest_{i}"
+        for i, terms in enumerate(shapes)
+    )
+
+
+def messages_of_each(
+    *, cluster_id: str, wheres: Sequence[MessageFilter], limit: int
+) -> list[MessageRecord]:
+    """The oldest ``limit`` messages that pass each filter (``preparable``), in one statement:
+    every filter's rows, in no order from one filter to the next."""
+    shapes, params = [], []
+    for where in wheres:
+        terms, values = _terms(where)
+        shapes.append(terms)
+        params += [cluster_id, *values, limit]
+    rows = statement_rows(_oldest_of_each(connection.vendor, tuple(shapes)), params)
+    return [_message(row, cluster_id) for row in rows]
+
+
+@cache
 def _after_select(vendor: str) -> str:
     """The messages of a cluster after one sequence up to another, in sequence order, with
     their ``imported`` flag (one range seek on the cluster's sequence key)."""
