@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import cProfile
+import os
 import pstats
 import runpy
 import signal
@@ -22,6 +23,9 @@ from typing import Any
 OUT = sys.argv[1]
 MODULE = sys.argv[2]
 sys.argv = [MODULE, *sys.argv[3:]]
+# The served tree's modules (the working directory, as ``python -m`` puts it first), not the
+# copy the virtualenv's editable install points at: ``cpu_profile.py --trees`` serves several.
+sys.path.insert(0, os.getcwd())
 PROFILES: list[cProfile.Profile] = []
 LOCK = threading.Lock()
 DUMPED: list[bool] = []

@@ -80,11 +80,17 @@ def config_with_completion(config: Mapping[str, JSON] | None) -> dict[str, JSON]
     return {**base, "agents": [*agents, completion_detector()]}
 
 
-def running_agents(config: Mapping[str, JSON] | None) -> tuple[AgentSpec, ...]:
+def running_agents(
+    config: Mapping[str, JSON] | None, *, text: str | None = None
+) -> tuple[AgentSpec, ...]:
     """The agents of ``config_with_completion(config)``, parsed (``AgentConfigError`` as
     ``config_agents`` raises it). Parsing is pure, and the post-commit pipeline asks for every
     batch of a cluster whose config rarely changes: the parse is kept per config text, so a
-    changed config is parsed again and an unchanged one is parsed once."""
+    changed config is parsed again and an unchanged one is parsed once. ``text`` is the JSON
+    text ``config`` was read from, when the caller has it (``ClusterRecord.config_text``):
+    then the config is not written out again to find its parse."""
+    if text is not None:
+        return _running_agents(text)
     try:
         text = json.dumps(config, separators=(",", ":"))
     except (TypeError, ValueError):

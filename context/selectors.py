@@ -224,9 +224,8 @@ def build_previous(*, cluster_id: str, agent_id: str, until: int | None) -> Prev
         *(cluster_id, agent_id, *bound, True),
         *(cluster_id, agent_id, cluster_id, agent_id, *bound),
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(_previous_sql(connection.vendor, until=until is not None), params)
-        row = cursor.fetchone()
-    if row is None:
+    rows = statement_rows(_previous_sql(connection.vendor, until=until is not None), params)
+    if not rows:
         return None
+    row = rows[0]
     return PreviousBuild(started_at=row[0], iteration=row[1], guidance_delivered_through=row[2])

@@ -122,6 +122,10 @@ class ClusterRecord:
     labels: dict[str, str] = field(default_factory=dict)
     # The stored config it runs (SPEC §7.7): 1 until a ``CLUSTER_OPERATIONS`` chain changes it.
     config_version: int = 1
+    # The config's JSON text as stored, when the record was read from it: the key of work kept
+    # per config (``context.completion.running_agents``), so that the config need not be
+    # written out again to find it. Not part of the record's value.
+    config_text: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def agent_count(self) -> int:

@@ -230,6 +230,23 @@ def message_select(
     )
 
 
+def message_select_each(
+    *, cluster_id: str, wheres: Sequence[MessageFilter], limit: int
+) -> list[MessageRecord]:
+    """``message_select`` (oldest first, at most ``limit``) of each filter, their rows together:
+    one statement of one seek each when the prebuilt statements express every filter. In no
+    order from one filter to the next."""
+    if not all(statements.preparable(where) for where in wheres):
+        return [
+            message
+            for where in wheres
+            for message in message_select(cluster_id=cluster_id, where=where, limit=limit)
+        ]
+    for where in wheres:
+        filter_check(where)
+    return statements.messages_of_each(cluster_id=cluster_id, wheres=wheres, limit=limit)
+
+
 def message_latest(
     *, cluster_id: str, topics: Sequence[str] | None = None, where: MessageFilter = NO_FILTER
 ) -> MessageRecord | None:

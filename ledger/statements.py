@@ -210,6 +210,29 @@ def newest_of_topics(
 
 
 @cache
+def _oldest_of_each(vendor: str, shapes: tuple[tuple[Term, ...], ...]) -> str:
+    """The oldest messages (a ``LIMIT`` each) of each shape, as one statement of one seek each."""
+    return " UNION ALL ".join(
+        f"SELECT * FROM ({_message_select(vendor, terms, False, True)}) AS oldest_{i}"
+        for i, terms in enumerate(shapes)
+    )
+
+
+def messages_of_each(
+    *, cluster_id: str, wheres: Sequence[MessageFilter], limit: int
+) -> list[MessageRecord]:
+    """The oldest ``limit`` messages that pass each filter (``preparable``), in one statement:
+    every filter's rows, in no order from one filter to the next."""
+    shapes, params = [], []
+    for where in wheres:
+        terms, values = _terms(where)
+        shapes.append(terms)
+        params += [cluster_id, *values, limit]
+    rows = statement_rows(_oldest_of_each(connection.vendor, tuple(shapes)), params)
+    return [_message(row, cluster_id) for row in rows]
+
+
+@cache
 def _after_select(vendor: str) -> str:
     """The messages of a cluster after one sequence up to another, in sequence order, with
     their ``imported`` flag (one range seek on the cluster's sequence key)."""
@@ -323,12 +346,14 @@ def _cluster_record(
 ) -> ClusterRecord:
     """A cluster's row, its JSON columns as stored, detached as ``selectors.cluster_record``
     does (``activity``: its newest message's time)."""
+    text = config if isinstance(config, str) else None
     config, params = _json(config), _json(params)
     return ClusterRecord(
         id=id_,
         created_at=created_at,
         state=state,
         config=config if isinstance(config, dict) else {},
+        config_text=text if isinstance(config, dict) else None,
         template=template or None,
         params=params if isinstance(params, dict) else {},
         message_count=last_sequence,
@@ -537,6 +562,10 @@ class WriteCursor:
     def rowcount(self) -> int:
         return int(self._cursor.rowcount)
 
+    @property
+    def closed(self) -> bool:
+        return bool(self._cursor.closed)
+
 
 @contextmanager
 def _current_cursor() -> Iterator[WriteCursor]:
@@ -548,11 +577,30 @@ def _current_cursor() -> Iterator[WriteCursor]:
             yield WriteCursor(cursor, db=db, driver=False)
         return
     with db.wrap_database_errors:
+        if db.vendor == "postgresql":
+            yield _kept_cursor(db)
+            return
         cursor = db.connection.cursor()
         try:
             yield WriteCursor(cursor, db=db, driver=True)
         finally:
             cursor.close()
+
+
+# Where a connection's kept cursor hangs on Django's wrapper (one wrapper per thread).
+_KEPT = "_ledger_kept_cursor"
+
+
+def _kept_cursor(db: BaseDatabaseWrapper) -> WriteCursor:
+    """PostgreSQL: the driver's cursor of the wrapper's current connection, made once and kept
+    (psycopg takes a statement's rows when it runs it, so a cursor holds nothing from one
+    statement to the next, and making one cost more than a short statement's own work). A new
+    connection (the pool lends another, a reconnect) gets a cursor of its own."""
+    kept: tuple[Any, WriteCursor] | None = getattr(db, _KEPT, None)
+    if kept is None or kept[0] is not db.connection or kept[1].closed:
+        kept = (db.connection, WriteCursor(db.connection.cursor(), db=db, driver=True))
+        setattr(db, _KEPT, kept)
+    return kept[1]
 
 
 @cache

@@ -177,7 +177,7 @@ class Dispatcher:
         config, version = batch.cluster.config, batch.cluster.config_version
         try:
             # zeroshot's completion-detector joins a config without a completion handler.
-            agents = running_agents(config)
+            agents = running_agents(config, text=batch.cluster.config_text)
         except AgentConfigError as error:
             # Only a config stored before configs were parsed at creation can get here.
             return _config_refused(writes, error) if running else None

@@ -13,7 +13,7 @@ said, in the same order (``tests/runs/test_statements.py`` checks them against t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -360,6 +360,28 @@ def buffered_triggers(cluster_id: str) -> list[tuple[str, str, str, int, int]]:
         (str(a), str(m), str(t), int(s), int(r))
         for a, m, t, s, r in _rows(_buffered_sql(connection.vendor), [cluster_id, False])
     ]
+
+
+@lru_cache(maxsize=64)
+def _buffer_rows_sql(vendor: str, count: int, *, drop: bool) -> str:
+    b = BufferedTrigger
+    action = (
+        f"UPDATE {_table(b)} SET {_col(b, 'dropped')} = %s" if drop else f"DELETE FROM {_table(b)}"
+    )
+    rows = ", ".join(["%s"] * count)
+    return f"{action} WHERE {_col(b, 'cluster')} = %s AND {_col(b, 'id')} IN ({rows})"
+
+
+def buffer_rows_delete(*, cluster_id: str, ids: Sequence[int]) -> int:
+    """Delete the cluster's buffer rows ``ids`` (their triggers were judged); the rows gone."""
+    sql = _buffer_rows_sql(connection.vendor, len(ids), drop=False)
+    return _count(sql, [cluster_id, *ids])
+
+
+def buffer_rows_drop(*, cluster_id: str, ids: Sequence[int]) -> int:
+    """Mark the cluster's buffer rows ``ids`` dropped (newer ones waited past the limit)."""
+    sql = _buffer_rows_sql(connection.vendor, len(ids), drop=True)
+    return _count(sql, [True, cluster_id, *ids])
 
 
 @cache

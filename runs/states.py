@@ -90,6 +90,23 @@ def task_move(
     The UPDATE sets the columns the move changed and those of ``fields``, no other: the row
     is the one the caller read (and locked), so the others hold what they held.
     """
+    draft, columns = task_moved(task, event, now=now, error=error, report=report, **fields)
+    task_save(task, columns)
+    return draft
+
+
+def task_moved(
+    task: Task,
+    event: TaskEvent,
+    *,
+    now: int,
+    error: str = "",
+    report: Mapping[str, JSON] | None = None,
+    **fields: Any,
+) -> tuple[MessageDraft | None, list[str]]:
+    """``task_move`` without its UPDATE: the row moved in memory, the lifecycle message, and
+    the columns to write, which the caller writes in the same transaction (with columns of its
+    own: a completion's messages, known once they are appended)."""
     if not _TASK_COLUMNS.issuperset(fields):
         raise ValueError(f"not columns of a task: {sorted(set(fields) - _TASK_COLUMNS)}")
     before = task_record(task)
@@ -109,8 +126,7 @@ def task_move(
         task.finished_at = now
     for name, value in fields.items():
         setattr(task, name, value)
-    task_save(task, _changed(held, values, fields))
-    return _report(before, task, event, error, dict(report or {}))
+    return _report(before, task, event, error, dict(report or {})), _changed(held, values, fields)
 
 
 # The columns a move itself may set (beside its ``fields``).

@@ -24,7 +24,7 @@ from ledger.keys import ApiKeyIdentity
 from ledger.threads import in_database
 from runs import services
 from runs.api import CompleteIn, FailIn, LeaseIn, TaskOut
-from zeroshot_web.claims import Answer, BearerRoute, _parsed, _validated
+from zeroshot_web.claims import Answer, BearerRoute, _parsed, _validated, shaped
 
 # Ninja's path parameter: one segment, any character but a slash.
 PATH = re.compile(r"/api/v1/tasks/([^/]+)/(complete|heartbeat|fail)")
@@ -79,7 +79,4 @@ def _run(call: str, task_id: str, payload: Any, scope: str | None) -> dict[str, 
 
 def _task_out(wire: dict[str, Any], *, exclude_unset: bool) -> dict[str, Any]:
     """The task as the endpoint's ``TaskOut`` answers it (``exclude_unset`` as the endpoint)."""
-    out: dict[str, Any] = TaskOut.model_validate(wire).model_dump(
-        mode="json", exclude_unset=exclude_unset
-    )
-    return out
+    return shaped(TaskOut, wire, exclude_unset=exclude_unset)

@@ -281,14 +281,17 @@ def _queued_guidance(
 ) -> tuple[MessageRecord, ...]:
     """The agent's mailbox after its cursor (zeroshot's ``queryGuidanceMailbox``): every
     ``USER_GUIDANCE_CLUSTER`` and the ``USER_GUIDANCE_AGENT`` addressed to it, the oldest
-    ``GUIDANCE_PER_BUILD`` in sequence order; two index seeks."""
-    found: list[MessageRecord] = []
-    for topic, receiver in (
-        (Topic.USER_GUIDANCE_CLUSTER, None),
-        (Topic.USER_GUIDANCE_AGENT, agent_id),
-    ):
-        where = replace(as_of, topic=str(topic), receiver=receiver, after=after)
-        found += ledger.message_select(cluster_id=cluster_id, where=where, limit=GUIDANCE_PER_BUILD)
+    ``GUIDANCE_PER_BUILD`` in sequence order; two index seeks in one statement."""
+    wheres = [
+        replace(as_of, topic=str(topic), receiver=receiver, after=after)
+        for topic, receiver in (
+            (Topic.USER_GUIDANCE_CLUSTER, None),
+            (Topic.USER_GUIDANCE_AGENT, agent_id),
+        )
+    ]
+    found = ledger.message_select_each(
+        cluster_id=cluster_id, wheres=wheres, limit=GUIDANCE_PER_BUILD
+    )
     return tuple(sorted(found, key=lambda m: m.sequence)[:GUIDANCE_PER_BUILD])
 
 

@@ -2,7 +2,8 @@
 
 Every recorded build inserts one; compiling that INSERT through the ORM (a model instance,
 ``save``, the compiler) cost more than the database's work, so the statement is written once
-from the model's columns and run through a plain cursor, on SQLite and PostgreSQL alike.
+from the model's columns and run on the database driver's cursor (``statement_rows``), on
+SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from django.db import connection
 
 from context.models import ContextBuild
+from ledger.interfaces import statement_count, statement_rows
 
 # The columns a build sets, in the order of ``build_insert``'s values; any other column of the
 # model is inserted with its default.
@@ -90,13 +92,11 @@ def build_insert(
         config_version,
         *defaults,
     )
-    with connection.cursor() as cursor:
+    if connection.features.can_return_columns_from_insert:
+        return int(statement_rows(sql, params)[0][0])
+    with connection.cursor() as cursor:  # SQLite before 3.35: the new id is the last row's
         cursor.execute(sql, params)
-        if connection.features.can_return_columns_from_insert:
-            build_id = cursor.fetchone()[0]
-        else:  # SQLite before 3.35
-            build_id = cursor.lastrowid
-    return int(build_id)
+        return int(cursor.lastrowid)
 
 
 @cache
@@ -113,5 +113,4 @@ def _delivered(vendor: str) -> str:
 
 def build_guidance_mark(*, build_id: int) -> None:
     """Mark the guidance a build carried as delivered (none carried: nothing changes)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_delivered(connection.vendor), [True, build_id])
+    statement_count(_delivered(connection.vendor), [True, build_id])

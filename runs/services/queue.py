@@ -167,11 +167,9 @@ class BufferWrites:
         if not running:
             return  # tasks_cancel cleared the buffers: nothing waits in a cluster that ended
         if self.judged:
-            BufferedTrigger.objects.filter(cluster_id=cluster_id, pk__in=self.judged).delete()
+            statements.buffer_rows_delete(cluster_id=cluster_id, ids=self.judged)
         if self.dropped:
-            BufferedTrigger.objects.filter(cluster_id=cluster_id, pk__in=self.dropped).update(
-                dropped=True
-            )
+            statements.buffer_rows_drop(cluster_id=cluster_id, ids=self.dropped)
         now = ledger.now_ms()
         rows = [
             BufferedTrigger(

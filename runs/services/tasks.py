@@ -58,7 +58,7 @@ from runs.records import TaskRecord
 from runs.selectors import task_record
 from runs.services.usage import usage_day_add
 from runs.signals import tasks_changed
-from runs.states import TaskEvent, task_move
+from runs.states import TaskEvent, task_move, task_moved
 from runs.watchdog import conductor_watchdogs_fire
 
 logger = logging.getLogger(__name__)
@@ -476,7 +476,8 @@ def task_complete(
         if isinstance(held, Completion):
             return held  # the same body completed it while the hook ran
         task = held
-        completed = task_move(
+        # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
+        completed, moved = task_moved(
             task,
             TaskEvent.COMPLETE,
             now=ledger.now_ms(),
@@ -493,7 +494,7 @@ def task_complete(
         drafts.extend(outcome.drafts)
         messages = writer.append(drafts, now=ledger.now_ms())
         task.completion_messages = [m.id for m in messages]
-        statements.task_save(task, ["completion_messages"])
+        statements.task_save(task, [*moved, "completion_messages"])
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
         if task.build_id is not None:

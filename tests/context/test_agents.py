@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -157,6 +158,11 @@ def test_a_configs_agents_are_parsed_once_per_config_text(monkeypatch: pytest.Mo
     assert changed[1].role == "validator"
     assert first[1].role == "implementation"
     assert changed[1].raw is not config["agents"][1]
+    # the config's stored text, when given, finds the parse without writing the config out
+    stored = json.dumps(config)
+    by_text = completion.running_agents(json.loads(stored), text=stored)
+    assert by_text == changed
+    assert completion.running_agents({}, text=stored) is by_text
     # a config the model refuses is refused every time
     with pytest.raises(AgentConfigError):
         completion.running_agents({"agents": [raw(id="")]})

@@ -381,14 +381,14 @@ def test_build_query_count_does_not_grow_with_the_ledger(django_assert_num_queri
 
     fill(50, 0)
     trigger(cid, 100)
-    # cluster, trigger, previous build, the guidance mailbox (two seeks), task end, one query per
-    # source (compact variants are cut from the full rows), then savepoint, lock the cluster,
-    # insert build, advance the clock, release
-    with django_assert_num_queries(14):
+    # cluster, trigger, previous build, the guidance mailbox (two seeks in one statement), task
+    # end, one query per source (compact variants are cut from the full rows), then savepoint,
+    # lock the cluster, insert build, advance the clock, release
+    with django_assert_num_queries(13):
         context_build(cluster_id=cid, agent_id="worker")
     fill(500, 200)
     trigger(cid, 1000)
-    with django_assert_num_queries(14):
+    with django_assert_num_queries(13):
         context_build(cluster_id=cid, agent_id="worker")
 
 
@@ -399,9 +399,10 @@ def test_one_query_finds_the_trigger_of_several_topics(django_assert_num_queries
     add(cid, (10, "NUDGE", "system", {"text": "nudge"}), (20, "GO", "system", {"text": "go"}))
     add(cid, (30, "OTHER", "system", {"text": "not a trigger"}))
 
-    # cluster, the trigger's three topics, previous build, the guidance mailbox (two seeks), the
-    # source; then savepoint, lock the cluster, insert the build, advance the clock, release
-    with django_assert_num_queries(11):
+    # cluster, the trigger's three topics, previous build, the guidance mailbox (two seeks in one
+    # statement), the source; then savepoint, lock the cluster, insert the build, advance the
+    # clock, release
+    with django_assert_num_queries(10):
         outcome = context_build(cluster_id=cid, agent_id="worker")
 
     assert (outcome.trigger.topic, outcome.trigger.text) == ("GO", "go")
@@ -434,13 +435,17 @@ def test_a_recorded_build_reads_by_index_seeks_only() -> None:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
             plans.append([str(row[-1]) for row in cursor.fetchall()])
 
-    # cluster, trigger, previous build, the guidance mailbox (two seeks), task end, three
-    # sources, the cluster's lock
-    assert len(plans) == 10
+    # cluster, trigger, previous build, the guidance mailbox (two seeks in one statement), task
+    # end, three sources, the cluster's lock
+    assert len(plans) == 9
     for plan in plans:
         assert [step for step in plan if "TEMP B-TREE" in step] == []
-        # Only the one-row results of the trigger's seeks are scanned, never a table.
-        assert all(step.startswith("SCAN newest_") for step in plan if step.startswith("SCAN"))
+        # Only the few rows of the trigger's and the mailbox's seeks are scanned, never a table.
+        assert all(
+            step.startswith(("SCAN newest_", "SCAN oldest_"))
+            for step in plan
+            if step.startswith("SCAN")
+        )
         assert any(" INDEX " in step for step in plan)
 
 

@@ -344,17 +344,18 @@ def test_page_query_counts_do_not_grow_with_the_ledger(  # type: ignore[no-untyp
     publish(cid, "ISSUE_OPENED", "Again", sender="system")
 
     # session, user, cluster; the preview (cluster, trigger, previous build, the guidance
-    # mailbox: two seeks, one query per source: two); then the as-of choices and the builds
-    with django_assert_num_queries(12):
+    # mailbox: two seeks in one statement, one query per source: two); then the as-of choices
+    # and the builds
+    with django_assert_num_queries(11):
         assert operator.get(inspector(cid), {"max_tokens": "300"}).status_code == 200
     # htmx re-renders only the region: no as-of choices, no build list
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(9):
         operator.get(inspector(cid), headers={"HX-Request": "true"})
     # as of a sequence adds the look-up of that message
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(12):
         operator.get(inspector(cid), {"as_of": "3"})
     # a chosen trigger: its sequence turned into its id, then the build reads it by id
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(12):
         operator.get(inspector(cid), {"trigger": "3"})
     # session, user, cluster, build A, build B, the build list
     with django_assert_num_queries(6):

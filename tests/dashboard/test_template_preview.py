@@ -90,9 +90,9 @@ def test_preview_query_counts_are_pinned(
     with django_assert_num_queries(3):
         staff.get(URL)
     # session, user, the cluster; then each agent's preview build as the inspector makes it
-    # (the worker 10: cluster, one query for its three trigger topics, previous build, the
-    # guidance mailbox's two seeks, task-end anchor, four sources; the validator 10: cluster,
-    # its trigger topic then any message, previous build, the guidance mailbox's two seeks,
-    # three sources, the skip hints)
-    with django_assert_num_queries(23):
+    # (the worker 9: cluster, one query for its three trigger topics, previous build, the
+    # guidance mailbox's two seeks in one statement, task-end anchor, four sources; the
+    # validator 9: cluster, its trigger topic then any message, previous build, the guidance
+    # mailbox's two seeks in one statement, three sources, the skip hints)
+    with django_assert_num_queries(21):
         staff.post(URL, {"body": text, "cluster": run})

@@ -87,3 +87,31 @@ def test_django_sees_every_statement_when_asked() -> None:
         connection.queries_log.clear()
         statement_rows(SELECT, ["c1"])
         assert len(connection.queries_log) == 1
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="kept on PostgreSQL only")
+def test_postgresql_keeps_the_drivers_cursor_of_a_connection() -> None:
+    # given a cluster, and a count of the driver's cursors made from now on
+    cluster_create(cluster_id="c1", config={"agents": []}, state="running")
+    connection.ensure_connection()
+    kind = type(connection.connection)
+    made: list[object] = []
+    real = kind.cursor
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(self)
+        return real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kind, "cursor", counted)
+        # when statements run one after the other on one connection
+        for state in ("stopped", "running", "stopped"):
+            statement_count(UPDATE, [state, "c1"])
+            assert statement_rows(SELECT, ["c1"]) == [("c1", state)]
+        # then at most one cursor was made for all of them
+        assert len(made) <= 1
+        # and after the connection is closed, the next one serves the statements
+        connection.close()
+        assert statement_rows(SELECT, ["c1"]) == [("c1", "stopped")]
+        assert statement_count(UPDATE, ["running", "c1"]) == 1
+    assert Cluster.objects.get(pk="c1").state == "running"

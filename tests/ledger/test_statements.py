@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from ledger.selectors import (
     message_latest,
     message_query,
     message_select,
+    message_select_each,
 )
 from ledger.services import ImportedMessage, message_import_batch
 
@@ -114,6 +116,34 @@ def test_newest_of_topics_is_one_query_and_the_newest_of_each(
     )
 
 
+@pytest.mark.parametrize("where", FILTERS)
+def test_the_oldest_of_each_filter_are_one_query_and_each_filters_rows(
+    filled: str, where: MessageFilter, django_assert_num_queries: Any
+) -> None:
+    # given the filter, and others beside it: a topic of its own, one with a receiver
+    wheres = [
+        where,
+        _with(where, topic="AGENT_LIFECYCLE", receiver="validator"),
+        MessageFilter(topic="PLAN_READY", after=4),
+    ]
+    expected = [m for w in wheres for m in message_select(cluster_id=filled, where=w, limit=3)]
+    # when the oldest three of each are read together
+    with django_assert_num_queries(1):
+        found = message_select_each(cluster_id=filled, wheres=wheres, limit=3)
+    # then they are each filter's rows, in one statement
+    assert sorted(found, key=_place) == sorted(expected, key=_place)
+    # and a filter the statements cannot express is read on its own, with the same rows
+    searched = [*wheres, MessageFilter(topic=("PLAN_READY", "AGENT_OUTPUT"))]
+    beside = message_query(cluster_id=filled, where=searched[-1], order="asc", limit=3)
+    assert sorted(
+        message_select_each(cluster_id=filled, wheres=searched, limit=3), key=_place
+    ) == sorted([*expected, *beside], key=_place)
+
+
+def _place(message: Any) -> tuple[int, str]:
+    return message.sequence, message.topic
+
+
 def _with(where: MessageFilter, **changes: Any) -> MessageFilter:
     from dataclasses import replace
 
@@ -143,6 +173,10 @@ def test_a_cluster_reads_as_the_list_reads_it(filled: str, cluster: str) -> None
         assert cluster_get(cluster_id=cid) == cluster_list(only_id=cid)[0]
     assert cluster_get(cluster_id="empty").last_activity is None
     assert cluster_get(cluster_id=filled).last_activity == T0 + 21
+    # a record read from the row carries the config's stored text, which reads as its config
+    text = cluster_get(cluster_id="empty").config_text
+    assert text is not None
+    assert json.loads(text) == {"agents": [{"id": "a"}]}
 
 
 def test_statements_are_index_seeks_on_sqlite(filled: str) -> None:
@@ -165,6 +199,14 @@ def test_statements_are_index_seeks_on_sqlite(filled: str) -> None:
                 newest_first=newest_first,
                 limit=3,
             )
+        message_select_each(
+            cluster_id=filled,
+            wheres=[
+                MessageFilter(topic="PLAN_READY", until=T0 + 30),
+                MessageFilter(topic="AGENT_LIFECYCLE", receiver="worker"),
+            ],
+            limit=16,
+        )
 
     plans = [_plan(q["sql"]) for q in captured.captured_queries]
 
@@ -176,11 +218,16 @@ def test_statements_are_index_seeks_on_sqlite(filled: str) -> None:
         ["msg_context_topic_sender"],
         ["msg_context_topic"],
         ["msg_context_topic_sender"],
+        ["msg_cluster_topic"] * 2,
     ]
     for plan in plans:
         assert not [step for step in plan if "TEMP B-TREE" in step]
-        # Only the one-row results of the UNION's subqueries are scanned, never a table.
-        assert all(step.startswith("SCAN newest_") for step in plan if step.startswith("SCAN"))
+        # Only the few rows of the UNION's subqueries are scanned, never a table.
+        assert all(
+            step.startswith(("SCAN newest_", "SCAN oldest_"))
+            for step in plan
+            if step.startswith("SCAN")
+        )
 
 
 def _plan(sql: str) -> list[str]:

@@ -290,6 +290,35 @@ def test_the_agents_activity_reads_are_the_orms() -> None:
         assert all(isinstance(d, bool) for _, d, _ in statements.buffered_counts(cluster_id))
 
 
+def test_buffer_rows_are_deleted_and_dropped_in_their_cluster_only() -> None:
+    # given buffer rows in two clusters
+    tasks_in_every_state()
+    for cluster_id in ("c1", "c2"):
+        for n in range(4):
+            BufferedTrigger.objects.create(
+                cluster_id=cluster_id,
+                agent_id="a",
+                message_id=f"more-{n}",
+                message_sequence=100 + n,
+                topic="GO",
+                buffered_at=n,
+            )
+    c1 = list(BufferedTrigger.objects.filter(cluster_id="c1").order_by("id"))
+    c2_before = list(BufferedTrigger.objects.filter(cluster_id="c2").values().order_by("id"))
+    # when some of c1's rows are deleted and others dropped, an id of c2 given to both
+    judged, dropped = [c1[0].id, c1[2].id], [c1[1].id]
+    stranger = c2_before[0]["id"]
+    assert statements.buffer_rows_delete(cluster_id="c1", ids=[*judged, stranger]) == 2
+    assert statements.buffer_rows_drop(cluster_id="c1", ids=[*dropped, stranger]) == 1
+    # then c1 holds the rest, the dropped one marked, and c2 is untouched
+    left = dict(BufferedTrigger.objects.filter(cluster_id="c1").values_list("id", "dropped"))
+    expected = {row.id: row.dropped or row.id in dropped for row in c1 if row.id not in judged}
+    assert left == expected
+    assert list(BufferedTrigger.objects.filter(cluster_id="c2").values().order_by("id")) == (
+        c2_before
+    )
+
+
 def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:
     # given a running cluster with two agents and a task for each
     agents = [
@@ -316,5 +345,5 @@ def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:
 
 # The statements of a claim and of a completion, their pipeline turns included, BEGIN/COMMIT
 # counted (SQLite's BEGIN IMMEDIATE is one; PostgreSQL's transactions open implicitly).
-CLAIM_QUERIES = {"sqlite": 23, "postgresql": 23}
-COMPLETE_QUERIES = {"sqlite": 28, "postgresql": 28}
+CLAIM_QUERIES = {"sqlite": 22, "postgresql": 22}
+COMPLETE_QUERIES = {"sqlite": 27, "postgresql": 27}

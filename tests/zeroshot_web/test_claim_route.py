@@ -16,8 +16,10 @@ from django.test import override_settings
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from ledger.keys import api_key_create
+from runs.api import ClaimOut, TaskOut
+from runs.services import task_claim, task_complete, task_fail
 from tests.conftest import ApiClient
-from zeroshot_web.claims import ClaimRoute
+from zeroshot_web.claims import ClaimRoute, shaped
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,3 +154,37 @@ def test_the_route_filters_on_labels_and_providers_as_the_endpoint_does() -> Non
     codex = through_route(key, json.dumps({"wait": 0, "providers": ["codex"]}), Counting())
     assert codex.status_code == 200
     assert codex.json()["task"]["cluster_id"] == cluster_id
+
+
+def test_shaped_answers_are_the_schemas_byte_for_byte() -> None:
+    # given a claim, a completed task with a result and usage, a failed one and a queued one
+    agents = [
+        {"id": f"w{n}", "role": "implementation", "prompt": "Work.", "triggers": [{"topic": "GO"}]}
+        for n in range(3)
+    ]
+    cluster_id = cluster_create(cluster_id="shapes", config={"agents": agents}, state="running").id
+    message_publish(cluster_id=cluster_id, draft=MessageDraft(topic="GO", sender="system"))
+    claims = [task_claim(cluster_id=cluster_id, worker="w") for _ in range(3)]
+    first, second, third = (c for c in claims if c is not None)
+    done = task_complete(
+        task_id=first.task.id,
+        lease_id=first.task.lease_id,
+        result={"summary": "ok", "nested": [1, 2.5, None, {"é": "\u2028"}]},
+        output="{}",
+        usage={"inputTokens": 3, "costUsd": 0.25},
+    )
+    failed = task_fail(
+        task_id=second.task.id, lease_id=second.task.lease_id, error="no", retryable=True
+    )
+    wires = [done.task.to_wire(), failed.to_wire(), third.task.to_wire(with_lease=True)]
+    wires.append({k: v for k, v in wires[0].items() if k not in ("error", "usage", "result")})
+    # when each is shaped as the schema would validate and dump it
+    for schema, wire in [(TaskOut, w) for w in wires] + [(ClaimOut, third.to_wire())]:
+        for unset in (False, True):
+            ours = json.dumps(shaped(schema, wire, exclude_unset=unset))
+            theirs = schema.model_validate(wire).model_dump(mode="json", exclude_unset=unset)
+            # then the bytes are the same, key order included
+            assert ours == json.dumps(theirs)
+    # and a value without a field the schema requires is refused, as validation refuses it
+    with pytest.raises(KeyError):
+        shaped(TaskOut, {k: v for k, v in wires[0].items() if k != "attempts"})
