@@ -299,8 +299,10 @@ class Tasks:
 
     def claim(self) -> int:
         def work(client: httpx.Client, n: int) -> int:
+            # Only this path's cluster: the page-agents path's started cluster queues tasks too.
+            wanted = {"cluster": "tps", "wait": 0, "worker": f"w{n}"}
             for _ in range(AGENTS // 8):
-                answer = client.post("/api/v1/tasks/claim", json={"wait": 0, "worker": f"w{n}"})
+                answer = client.post("/api/v1/tasks/claim", json=wanted)
                 answer.raise_for_status()
                 if answer.status_code == 204:
                     raise RuntimeError("no task to claim")
@@ -313,10 +315,12 @@ class Tasks:
         def work(client: httpx.Client, n: int) -> int:
             tasks, self.held[n] = self.held[n], []
             for task in tasks:
-                client.post(
+                answer = client.post(
                     f"/api/v1/tasks/{task['id']}/complete",
                     json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
-                ).raise_for_status()
+                )
+                if answer.is_error:
+                    raise RuntimeError(f"{answer.status_code} {answer.text} for {task}")
             return len(tasks)
 
         return self._parallel(work)
