@@ -283,39 +283,28 @@ def messages_after(
 
 
 @cache
-def _by_id_select(vendor: str) -> str:
-    """One message of a cluster by its id (a seek on the unique ``message_cluster_id``)."""
+def _one_select(vendor: str, key: str) -> str:
+    """One message of a cluster by ``key``, its id or its sequence: a seek on the unique
+    ``message_cluster_id`` or ``(cluster, sequence)``."""
     del vendor
     table = connection.ops.quote_name(Message._meta.db_table)
     columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
     return (
         f"SELECT {columns} FROM {table} WHERE {_column(Message, 'cluster')} = %s "
-        f"AND {_column(Message, 'message_id')} = %s"
+        f"AND {_column(Message, key)} = %s"
     )
 
 
 def message_by_id(*, cluster_id: str, message_id: str) -> MessageRecord | None:
     """The message ``message_id`` of the cluster, or None: a claim's build reads its trigger."""
-    rows = statement_rows(_by_id_select(connection.vendor), [cluster_id, message_id])
+    rows = statement_rows(_one_select(connection.vendor, "message_id"), [cluster_id, message_id])
     return _message(rows[0], cluster_id) if rows else None
-
-
-@cache
-def _by_sequence_select(vendor: str) -> str:
-    """One message of a cluster by its sequence (a seek on the unique ``(cluster, sequence)``)."""
-    del vendor
-    table = connection.ops.quote_name(Message._meta.db_table)
-    columns = ", ".join(_column(Message, f) for f in _RECORD_FIELDS)
-    return (
-        f"SELECT {columns} FROM {table} WHERE {_column(Message, 'cluster')} = %s "
-        f"AND {_column(Message, 'sequence')} = %s"
-    )
 
 
 def message_by_sequence(*, cluster_id: str, sequence: int) -> MessageRecord | None:
     """The message at ``sequence`` in the cluster, or None: the snapshotter checks what it
     folded last this way on every turn with a trigger message."""
-    rows = statement_rows(_by_sequence_select(connection.vendor), [cluster_id, sequence])
+    rows = statement_rows(_one_select(connection.vendor, "sequence"), [cluster_id, sequence])
     return _message(rows[0], cluster_id) if rows else None
 
 
