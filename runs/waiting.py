@@ -195,8 +195,9 @@ async def claim_waiting(
             worker=worker,
         )
 
-    if worker:
-        # Seen when it asks, not only when it gets a task: an idle runner is still there.
+    if worker and wait > 0:
+        # Seen when it asks, not only when it gets a task: an idle runner is still there. A
+        # claim that does not wait records it itself (``task_claim``), in the same thread hop.
         await run(
             lambda: runner_seen(name=worker, labels=dict(wanted.labels), providers=wanted.providers)
         )

@@ -118,8 +118,11 @@ def task_claim(
     Leases that ran out are ended first (``tasks_expire``). A task whose build cannot be made
     (an agent config the engine refuses, a number its tables cannot hold) fails at once, with
     ``AGENT_ERROR``, and the next one is tried: one bad config never wedges the queue.
+    ``worker`` is recorded as seen first (``runner_seen``), whether or not a task is claimed.
     """
     started_ns = time.time_ns()  # observe: the claim's span
+    if worker:
+        runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
     lease = _lease_seconds(lease_seconds)
     tasks_expire(now=ledger.now_ms())
     conductor_watchdogs_fire(now=ledger.now_ms())
@@ -130,8 +133,6 @@ def task_claim(
         labels=tuple(labels),
         providers=tuple(providers),
     )
-    if worker:
-        runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
     for _ in range(20):
         taken = _take(wanted, lease=lease, worker=worker)
         if taken is None:
