@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -25,6 +25,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from ledger.filters import MessageFilter
+from ledger.frozen import frozen
 from ledger.labels import labels_stored
 from ledger.models import Cluster, ClusterConfigVersion, Message
 from ledger.records import JSON, ClusterRecord, ConfigVersionRecord, MessageRecord
@@ -336,7 +337,8 @@ def _cluster_record(
     """A cluster's row, its JSON columns as stored, detached as ``selectors.cluster_record``
     does (``activity``: its newest message's time)."""
     text = config if isinstance(config, str) else None
-    config, params = _json(config), _json(params)
+    config = _config(text) if text is not None else _json(config)
+    params = _json(params)
     return ClusterRecord(
         id=id_,
         created_at=created_at,
@@ -351,6 +353,15 @@ def _cluster_record(
         labels=labels_stored(_json(labels)),
         config_version=version or 1,
     )
+
+
+@lru_cache(maxsize=64)
+def _config(text: str) -> JSON:
+    """A cluster's config as its stored text reads, frozen (``ledger.frozen``) and kept per
+    text: every read of a cluster's row (a claim, its completion, each pipeline turn) shares
+    one parse of a config that rarely changes, and none of them can change it for the others.
+    A changed config is a new text, parsed anew."""
+    return frozen(_json(text))
 
 
 @cache

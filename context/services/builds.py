@@ -316,8 +316,8 @@ def agent_config_resolve(
     *, cluster: ClusterRecord, agent_id: str, inline: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The agent's config: given inline, else the cluster's (``NotFound`` when it has none)."""
-    config = (
-        dict(inline) if inline is not None else agent_config_get(cluster=cluster, agent_id=agent_id)
+    config = dict(
+        inline if inline is not None else agent_config_get(cluster=cluster, agent_id=agent_id)
     )
     config.setdefault("id", agent_id)
     return config
