@@ -457,7 +457,10 @@ def task_complete(
     cluster_id = held.cluster_id
     cluster = ledger.cluster_get(cluster_id=cluster_id)
     agent = agent_spec_get(cluster=cluster, agent_id=record.agent_id)
-    release_pooled_connection()
+    if agent.hooks.on_complete is not None:
+        # Its scripts may wait for a sandbox: the pooled connection goes back meanwhile. Without
+        # a hook, reading the result is the only work before the write: the connection stays.
+        release_pooled_connection()
     hook_ns = time.time_ns()  # observe: the hook's span
     outcome = completion_drafts(
         task=record, agent=agent, cluster=cluster, result=result, output=output

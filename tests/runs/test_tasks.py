@@ -365,3 +365,36 @@ def test_concurrent_workers_complete_every_task_exactly_once(db: None) -> None:
     completed = Message.objects.filter(topic="AGENT_LIFECYCLE", event="TASK_COMPLETED").count()
     assert completed == total
     assert all(cluster_get(cluster_id=f"k{c}").state == "running" for c in range(CLUSTERS))
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_completion_gives_its_pooled_connection_back_only_for_a_hook(
+    on_postgres: bool, hooked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not on_postgres:
+        pytest.skip("PostgreSQL run only: counts the pool's connections")
+    # given a claimed task of an agent with or without an onComplete hook
+    hook = {"action": "publish_message", "config": {"topic": "DONE"}}
+    extra: dict[str, Any] = {"hooks": {"onComplete": hook}} if hooked else {}
+    running(agent("w", **extra))
+    publish("c1")
+    claimed = task_claim(cluster_id="c1", worker="w")
+    assert claimed is not None
+    # when it is completed, the pool's lendings counted
+    pool = connection.pool  # type: ignore[attr-defined]  # PostgreSQL's, with OPTIONS["pool"]
+    lend, lent = pool.getconn, []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        lent.append(1)
+        return lend(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "getconn", counted)
+    done = task_complete(
+        task_id=claimed.task.id, lease_id=claimed.task.lease_id, result={}, output="{}"
+    )
+    # then the hook's scripts ran without the connection, which was borrowed again to write;
+    # with no hook the connection the completion read with was the one it wrote with
+    assert done.task.state == "completed"
+    assert ("DONE" in [m.topic for m in done.messages]) == hooked
+    assert len(lent) == (1 if hooked else 0)
