@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -9,9 +10,12 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 from django.test import AsyncClient
+from django.test.utils import CaptureQueriesContext
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from ledger.keys import api_key_create
+from runs.models import Runner
+from runs.waiting import ClaimFilter, claim_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +32,6 @@ def running_cluster() -> str:
 
 def long_poll(key: str, wait: float, into: list[Any]) -> None:
     """Claim with ``wait`` from another thread, as a worker's request would."""
-    import asyncio
 
     async def call() -> Any:
         return await AsyncClient().post(
@@ -98,3 +101,39 @@ def test_a_waiting_claim_holds_no_database_connection(on_postgres: bool) -> None
     assert len(during) > 10
     held = sorted(during)[len(during) // 2]
     assert held <= before
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_claim_records_its_runner_once_before_it_claims(
+    waits: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a task to claim, and the claim's database work run in order on this thread
+    running_cluster()
+    message_publish(cluster_id="poll", draft=MessageDraft(topic="GO", sender="system"))
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    statements: list[str] = []
+
+    async def here(fn: Any) -> Any:
+        with CaptureQueriesContext(connection) as ran:
+            done = fn()
+        statements.extend(q["sql"] for q in ran.captured_queries)
+        return done
+
+    async def claim() -> Any:
+        return await claim_waiting(
+            wanted=ClaimFilter(cluster_id="poll"),
+            wait=5 if waits else 0,
+            lease_seconds=None,
+            worker="r1",
+            run=here,
+        )
+
+    # when a worker claims, waiting or not
+    claimed = asyncio.run(claim())
+    # then its runner was read once when it did not wait (the claim records it), and once
+    # more when it did (before the wait, then by the claim that followed)
+    runner = connection.ops.quote_name(Runner._meta.db_table)
+    reads = [sql for sql in statements if sql.startswith("SELECT") and runner in sql]
+    assert claimed is not None
+    assert len(reads) == (2 if waits else 1)
+    assert Runner.objects.get(name="r1").claimed == 1

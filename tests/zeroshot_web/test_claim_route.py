@@ -16,9 +16,7 @@ from django.test import override_settings
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from ledger.keys import api_key_create
-from runs import statements
 from runs.api import ClaimOut, TaskOut
-from runs.models import Runner
 from runs.services import task_claim, task_complete, task_fail
 from tests.conftest import ApiClient
 from zeroshot_web.claims import ClaimRoute, shaped
@@ -125,32 +123,6 @@ def test_a_claimed_task_has_the_ninja_endpoints_shape() -> None:
     assert claimed["task"].keys() == theirs["task"].keys()
     assert claimed["task"]["iteration"] == 2
     assert claimed["prompt"]
-
-
-def test_a_claim_that_does_not_wait_records_its_runner_with_one_read(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # given a running cluster with a task, and the runner's row counted as it is read
-    cluster_id = running()
-    message_publish(cluster_id=cluster_id, draft=MessageDraft(topic="GO", sender="system"))
-    _, key = api_key_create(name="w")
-    reads: list[str] = []
-    read = statements.runner_seen_row
-
-    def counted(name: str) -> Any:
-        reads.append(name)
-        return read(name)
-
-    monkeypatch.setattr(statements, "runner_seen_row", counted)
-    # when a claim that does not wait finds nothing, and another one takes the task
-    nothing = through_route(
-        key, json.dumps({"wait": 0, "worker": "r1", "agents": ["x"]}), Counting()
-    )
-    taken = through_route(key, json.dumps({"wait": 0, "worker": "r1"}), Counting())
-    # then each recorded its runner with one read, and the runner is known
-    assert (nothing.status_code, taken.status_code) == (204, 200)
-    assert reads == ["r1", "r1"]
-    assert Runner.objects.get(name="r1").claimed == 1
 
 
 def test_a_bad_key_is_refused_and_a_session_is_left_to_django() -> None:
