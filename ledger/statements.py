@@ -3,7 +3,7 @@
 
 A build reads a handful of query shapes: one cluster, the newest message of a few topics, and
 per source one topic (maybe one sender) from a timestamp, newest or oldest N. A write locks and
-reads its cluster's row, inserts its messages (one ``executemany`` for a whole batch) and moves
+reads its cluster's row, inserts its messages (a few hundred rows to a statement) and moves
 the row. Compiling those through the ORM took several times as long as the database took to
 run them, so the SQL of each shape is written once, from the models' own table and column
 names, and run through a plain cursor with parameters: the same statement, and the same
@@ -14,10 +14,12 @@ results, on SQLite and PostgreSQL. Each read is a seek on an index of ``Message`
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
+from itertools import chain
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -524,7 +526,7 @@ class WriteCursor:
     cursor gets it with ``?``. It holds the connection it was opened on, so that the statements
     do not look ``django.db.connection`` up again for each of them."""
 
-    __slots__ = ("_cursor", "_qmark", "features", "ops", "vendor")
+    __slots__ = ("_cursor", "_qmark", "features", "ops", "params_limit", "vendor")
 
     def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
         self._cursor = cursor
@@ -532,6 +534,8 @@ class WriteCursor:
         self.ops = db.ops
         self.features = db.features
         self._qmark = driver and db.vendor == "sqlite"
+        # How many parameters one statement may bind.
+        self.params_limit = _params_limit(db)
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         self._cursor.execute(_qmark(sql) if self._qmark else sql, params)
@@ -554,6 +558,14 @@ class WriteCursor:
     @property
     def closed(self) -> bool:
         return bool(self._cursor.closed)
+
+
+def _params_limit(db: BaseDatabaseWrapper) -> int:
+    """SQLite's own limit of bound parameters (its driver reads it; Django assumes the 999 of
+    SQLite before 3.32), else Django's figure for the database, else PostgreSQL's 65,535."""
+    if db.vendor == "sqlite" and db.connection is not None:
+        return int(db.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    return int(db.features.max_query_params or 65_535)
 
 
 @contextmanager
@@ -713,8 +725,37 @@ def message_insert(
     params = [(*row, *defaults) for row in rows] if defaults else rows
     if len(params) == 1:
         cursor.execute(sql, params[0])
-    else:
-        cursor.executemany(sql, params)
+        return
+    # Many rows to a statement, not one statement a row (``executemany``): SQLite's search
+    # index writes what its trigger collected at the end of each statement, so one statement
+    # of 100 rows cost a quarter of 100 one-row statements; on PostgreSQL one statement is one
+    # execution instead of 100 in the driver's pipeline (docs/decisions/0240).
+    per = _rows_per_statement(cursor, len(params[0]))
+    for start in range(0, len(params), per):
+        chunk = params[start : start + per]
+        cursor.execute(
+            _insert_rows_sql(cursor.vendor, columns, json_as_text, len(chunk)),
+            list(chain.from_iterable(chunk)),
+        )
+
+
+# The most rows one INSERT takes: beyond a few hundred a larger statement saves little more.
+ROWS_PER_INSERT = 256
+
+
+def _rows_per_statement(cursor: WriteCursor, width: int) -> int:
+    """How many rows of ``width`` values one INSERT may take: ``ROWS_PER_INSERT``, or fewer
+    when the database binds fewer parameters to a statement (SQLite's compiled limit, 999
+    before 3.32)."""
+    return max(1, min(ROWS_PER_INSERT, cursor.params_limit // width))
+
+
+@cache
+def _insert_rows_sql(vendor: str, names: tuple[str, ...], json_as_text: bool, count: int) -> str:
+    """``_insert_sql``'s statement for ``count`` rows at once."""
+    sql, _ = _insert_sql(vendor, names, json_as_text)
+    head, values = sql.split(" VALUES ")
+    return f"{head} VALUES {', '.join([values] * count)}"
 
 
 @cache
