@@ -726,10 +726,14 @@ def message_insert(
     if len(params) == 1:
         cursor.execute(sql, params[0])
         return
-    # Many rows to a statement, not one statement a row (``executemany``): SQLite's search
-    # index writes what its trigger collected at the end of each statement, so one statement
-    # of 100 rows cost a quarter of 100 one-row statements; on PostgreSQL one statement is one
-    # execution instead of 100 in the driver's pipeline (docs/decisions/0240).
+    if cursor.vendor != "sqlite":
+        # psycopg runs one-row statements in its pipeline; one statement of many rows cost the
+        # server more CPU, not less (docs/decisions/0240).
+        cursor.executemany(sql, params)
+        return
+    # Many rows to a statement, not one statement a row: SQLite's search index writes what its
+    # trigger collected at the end of each statement, so one statement of 100 rows costs a
+    # quarter of 100 one-row statements (docs/decisions/0240).
     per = _rows_per_statement(cursor, len(params[0]))
     for start in range(0, len(params), per):
         chunk = params[start : start + per]
