@@ -526,10 +526,12 @@ class WriteCursor:
     cursor gets it with ``?``. It holds the connection it was opened on, so that the statements
     do not look ``django.db.connection`` up again for each of them."""
 
-    __slots__ = ("_cursor", "_qmark", "features", "ops", "params_limit", "vendor")
+    __slots__ = ("_cursor", "_qmark", "driver", "features", "ops", "params_limit", "vendor")
 
     def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
         self._cursor = cursor
+        # The driver's own cursor, which Django does not see (it sees every statement of its).
+        self.driver = driver
         self.vendor: str = db.vendor
         self.ops = db.ops
         self.features = db.features
@@ -542,6 +544,12 @@ class WriteCursor:
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         self._cursor.executemany(_qmark(sql) if self._qmark else sql, params)
+
+    def copy(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``COPY … FROM STDIN`` of ``rows`` (psycopg's driver cursor only)."""
+        with self._cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def fetchone(self) -> tuple[Any, ...] | None:
         found: tuple[Any, ...] | None = self._cursor.fetchone()
@@ -726,9 +734,13 @@ def message_insert(
     if len(params) == 1:
         cursor.execute(sql, params[0])
         return
+    if cursor.vendor == "postgresql" and cursor.driver:
+        # One ``COPY`` of the rows: psycopg formats them in C, where ``executemany`` adapted
+        # each value in Python (a statement of many rows cost more still); docs/decisions/0241.
+        cursor.copy(_copy_sql(cursor.vendor, columns), params)
+        return
     if cursor.vendor != "sqlite":
-        # psycopg runs one-row statements in its pipeline; one statement of many rows cost the
-        # server more CPU, not less (docs/decisions/0240).
+        # Seen by Django (a captured query count, ``DEBUG``): the statement it can log.
         cursor.executemany(sql, params)
         return
     # Many rows to a statement, not one statement a row: SQLite's search index writes what its
@@ -796,13 +808,32 @@ def _update_sql(vendor: str, fields: tuple[str, ...]) -> str:
     )
 
 
+def _insert_fields(names: tuple[str, ...]) -> tuple[list[Field[Any, Any]], list[Field[Any, Any]]]:
+    """The columns an insert of ``names`` sets, in order: those, then every other column of
+    ``Message`` (which get their defaults); and the others alone."""
+    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
+    others = [f for name, f in fields.items() if name not in names]
+    return [fields[name] for name in names] + others, others
+
+
+@cache
+def _copy_sql(vendor: str, names: tuple[str, ...]) -> str:
+    """``_insert_sql``'s rows as a ``COPY`` (PostgreSQL; JSON text or adapted alike, as the
+    column's type reads text)."""
+    del vendor
+    columns, _ = _insert_fields(names)
+    quote = connection.ops.quote_name
+    return (
+        f"COPY {quote(Message._meta.db_table)} "
+        f"({', '.join(quote(f.column) for f in columns)}) FROM STDIN"
+    )
+
+
 @cache
 def _insert_sql(
     vendor: str, names: tuple[str, ...], json_as_text: bool
 ) -> tuple[str, tuple[Any, ...]]:
-    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
-    others = [f for name, f in fields.items() if name not in names]
-    columns: list[Field[Any, Any]] = [fields[name] for name in names] + others
+    columns, others = _insert_fields(names)
     defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
     text_cast = json_as_text and vendor == "postgresql"
     placeholders = [

@@ -138,3 +138,68 @@ def test_an_import_is_stored_in_statements_of_many_rows(cluster: str) -> None:
     )
     assert rows == [(m.id, m.timestamp, m.content, m.metadata, True) for m in messages]
     assert found(cluster, f"word{ROWS_PER_INSERT}") == [ROWS_PER_INSERT + 1]
+
+
+def varied_drafts() -> list[MessageDraft]:
+    """Drafts whose values a ``COPY`` must escape: tabs, newlines, backslashes, quotes,
+    non-ASCII text, nested data, metadata, another receiver, no text at all."""
+    texts = ["tab\there", "line\nbreak\r\n", "back\\slash \\N", "quote ' \" `", "ünïcødé ✓ 漢字"]
+    made = [
+        MessageDraft(
+            topic="T",
+            sender="s",
+            receiver="r\tx" if n % 2 else "broadcast",
+            content={"text": text, "data": {"n": n, "nested": [{"k": text}, None, 1.5, True]}},
+            metadata={"replayPolicy": "context", "note": text} if n % 2 else None,
+        )
+        for n, text in enumerate(texts)
+    ]
+    return [*made, MessageDraft(topic="WORKER_PROGRESS", sender="s", content={"data": {"e": 1}})]
+
+
+def columns_of(cluster_id: str) -> list[tuple[object, ...]]:
+    return list(
+        Message.objects.filter(cluster_id=cluster_id)
+        .order_by("sequence")
+        .values_list(
+            "sequence",
+            "topic",
+            "sender",
+            "receiver",
+            "content",
+            "metadata",
+            "replayable",
+            "event",
+            "idempotency_key",
+            "body_hash",
+            "imported",
+        )
+    )
+
+
+def test_postgres_copies_the_rows_it_would_have_inserted(
+    cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's COPY")
+    import psycopg
+
+    from ledger.services import cluster_create
+
+    other = cluster_create(cluster_id="copied").id
+    # given the same drafts stored as Django sees statements (an INSERT a row) ...
+    with override_settings(PIPELINE_MODE="off"), CaptureQueriesContext(connection):
+        message_publish_batch(cluster_id=cluster, drafts=varied_drafts())
+
+    # ... and on the driver's own cursor, where one-row statements are refused
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("executemany")
+
+    monkeypatch.setattr(psycopg.Cursor, "executemany", refused)
+    with override_settings(PIPELINE_MODE="off"):
+        message_publish_batch(cluster_id=other, drafts=varied_drafts())
+    # then the rows are the same, value for value
+    assert columns_of(other) == columns_of(cluster)
+    assert len(columns_of(other)) == len(varied_drafts())
+    assert found(other, "ünïcødé") == found(cluster, "ünïcødé") == [5]
+    assert found(other, "break") == found(cluster, "break") == [2]
