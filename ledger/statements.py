@@ -530,7 +530,7 @@ class WriteCursor:
 
     def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
         self._cursor = cursor
-        # The driver's own cursor, which Django does not see (it sees every statement of its).
+        # The driver's own cursor, whose statements Django does not see (nor log, nor count).
         self.driver = driver
         self.vendor: str = db.vendor
         self.ops = db.ops
