@@ -3,7 +3,7 @@
 
 A build reads a handful of query shapes: one cluster, the newest message of a few topics, and
 per source one topic (maybe one sender) from a timestamp, newest or oldest N. A write locks and
-reads its cluster's row, inserts its messages (one ``executemany`` for a whole batch) and moves
+reads its cluster's row, inserts its messages (a few hundred rows to a statement) and moves
 the row. Compiling those through the ORM took several times as long as the database took to
 run them, so the SQL of each shape is written once, from the models' own table and column
 names, and run through a plain cursor with parameters: the same statement, and the same
@@ -14,10 +14,12 @@ results, on SQLite and PostgreSQL. Each read is a seek on an index of ``Message`
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
+from itertools import chain
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -535,20 +537,30 @@ class WriteCursor:
     cursor gets it with ``?``. It holds the connection it was opened on, so that the statements
     do not look ``django.db.connection`` up again for each of them."""
 
-    __slots__ = ("_cursor", "_qmark", "features", "ops", "vendor")
+    __slots__ = ("_cursor", "_qmark", "driver", "features", "ops", "params_limit", "vendor")
 
     def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
         self._cursor = cursor
+        # The driver's own cursor, whose statements Django does not see (nor log, nor count).
+        self.driver = driver
         self.vendor: str = db.vendor
         self.ops = db.ops
         self.features = db.features
         self._qmark = driver and db.vendor == "sqlite"
+        # How many parameters one statement may bind.
+        self.params_limit = _params_limit(db)
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         self._cursor.execute(_qmark(sql) if self._qmark else sql, params)
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         self._cursor.executemany(_qmark(sql) if self._qmark else sql, params)
+
+    def copy(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``COPY … FROM STDIN`` of ``rows`` (psycopg's driver cursor only)."""
+        with self._cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def fetchone(self) -> tuple[Any, ...] | None:
         found: tuple[Any, ...] | None = self._cursor.fetchone()
@@ -565,6 +577,14 @@ class WriteCursor:
     @property
     def closed(self) -> bool:
         return bool(self._cursor.closed)
+
+
+def _params_limit(db: BaseDatabaseWrapper) -> int:
+    """SQLite's own limit of bound parameters (its driver reads it; Django assumes the 999 of
+    SQLite before 3.32), else Django's figure for the database, else PostgreSQL's 65,535."""
+    if db.vendor == "sqlite" and db.connection is not None:
+        return int(db.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    return int(db.features.max_query_params or 65_535)
 
 
 @contextmanager
@@ -724,8 +744,45 @@ def message_insert(
     params = [(*row, *defaults) for row in rows] if defaults else rows
     if len(params) == 1:
         cursor.execute(sql, params[0])
-    else:
+        return
+    if cursor.vendor == "postgresql" and cursor.driver:
+        # One ``COPY`` of the rows: psycopg formats them in C, where ``executemany`` adapted
+        # each value in Python (a statement of many rows cost more still); docs/decisions/0241.
+        cursor.copy(_copy_sql(cursor.vendor, columns), params)
+        return
+    if cursor.vendor != "sqlite":
+        # Seen by Django (a captured query count, ``DEBUG``): the statement it can log.
         cursor.executemany(sql, params)
+        return
+    # Many rows to a statement, not one statement a row: SQLite's search index writes what its
+    # trigger collected at the end of each statement, so one statement of 100 rows costs a
+    # quarter of 100 one-row statements (docs/decisions/0240).
+    per = _rows_per_statement(cursor, len(params[0]))
+    for start in range(0, len(params), per):
+        chunk = params[start : start + per]
+        cursor.execute(
+            _insert_rows_sql(cursor.vendor, columns, json_as_text, len(chunk)),
+            list(chain.from_iterable(chunk)),
+        )
+
+
+# The most rows one INSERT takes: beyond a few hundred a larger statement saves little more.
+ROWS_PER_INSERT = 256
+
+
+def _rows_per_statement(cursor: WriteCursor, width: int) -> int:
+    """How many rows of ``width`` values one INSERT may take: ``ROWS_PER_INSERT``, or fewer
+    when the database binds fewer parameters to a statement (SQLite's compiled limit, 999
+    before 3.32)."""
+    return max(1, min(ROWS_PER_INSERT, cursor.params_limit // width))
+
+
+@cache
+def _insert_rows_sql(vendor: str, names: tuple[str, ...], json_as_text: bool, count: int) -> str:
+    """``_insert_sql``'s statement for ``count`` rows at once."""
+    sql, _ = _insert_sql(vendor, names, json_as_text)
+    head, values = sql.split(" VALUES ")
+    return f"{head} VALUES {', '.join([values] * count)}"
 
 
 @cache
@@ -762,13 +819,32 @@ def _update_sql(vendor: str, fields: tuple[str, ...]) -> str:
     )
 
 
+def _insert_fields(names: tuple[str, ...]) -> tuple[list[Field[Any, Any]], list[Field[Any, Any]]]:
+    """The columns an insert of ``names`` sets, in order: those, then every other column of
+    ``Message`` (which get their defaults); and the others alone."""
+    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
+    others = [f for name, f in fields.items() if name not in names]
+    return [fields[name] for name in names] + others, others
+
+
+@cache
+def _copy_sql(vendor: str, names: tuple[str, ...]) -> str:
+    """``_insert_sql``'s rows as a ``COPY`` (PostgreSQL; JSON text or adapted alike, as the
+    column's type reads text)."""
+    del vendor
+    columns, _ = _insert_fields(names)
+    quote = connection.ops.quote_name
+    return (
+        f"COPY {quote(Message._meta.db_table)} "
+        f"({', '.join(quote(f.column) for f in columns)}) FROM STDIN"
+    )
+
+
 @cache
 def _insert_sql(
     vendor: str, names: tuple[str, ...], json_as_text: bool
 ) -> tuple[str, tuple[Any, ...]]:
-    fields = {f.attname: f for f in Message._meta.concrete_fields if not f.primary_key}
-    others = [f for name, f in fields.items() if name not in names]
-    columns: list[Field[Any, Any]] = [fields[name] for name in names] + others
+    columns, others = _insert_fields(names)
     defaults = tuple(f.get_db_prep_save(f.get_default(), connection) for f in others)
     text_cast = json_as_text and vendor == "postgresql"
     placeholders = [

@@ -451,9 +451,10 @@ def imported_rows_insert(*, cluster_id: str, after_sequence: int, rows: ImportRo
 
     ``bulk_create`` compiles every value into multi-row SQL (about 90 rows per statement on
     SQLite), which costs three times the database's own work on an import of a million rows,
-    and a ``Message`` instance per row costs about as much as the INSERT itself. So: one
-    prepared one-row INSERT (``ledger.statements``) run by ``executemany`` over tuples zipped
-    from the columns; a field the import does not set is inserted too, with its default.
+    and a ``Message`` instance per row costs about as much as the INSERT itself. So: tuples
+    zipped from the columns, given to ``statements.message_insert`` (statements of a few hundred
+    rows on SQLite, one ``COPY`` on PostgreSQL: docs/decisions/0240, 0241); a field the import
+    does not set is inserted too, with its default.
     """
     count = len(rows)
     params = list(
