@@ -107,12 +107,6 @@ class WrittenRows:
                 self._chars -= len(self._rows.pop(oldest)[1])
         return written
 
-    def clear(self) -> None:
-        """Forget every row (for the tests)."""
-        with self._lock:
-            self._rows.clear()
-            self._chars = 0
-
 
 def _content_text(value: Any) -> str:
     """A JSON value as exact text: what ``pretty_json`` prints is a function of it (both use
