@@ -118,17 +118,24 @@ class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
         if not wires:
             return
         rendered = [await self.renders.fragments(wire) for wire in wires]
-        frames: dict[tuple[bool, ...], str] = {}
+        # Pages with the same filters want the same rows: chosen once per filters, and one
+        # ``websocket.send`` per distinct frame, the same object for every page it goes to.
+        by_filters: dict[tuple[object, ...], dict[str, Any]] = {}
+        frames: dict[tuple[bool, ...], dict[str, Any]] = {}
         for page in members:
-            wanted = tuple(page.wanted(wire) for wire in wires)
-            frame = frames.get(wanted)
-            if frame is None:
-                self.frames += 1
-                frame = frames[wanted] = "".join(
-                    fragments.html(with_row=row)
-                    for fragments, row in zip(rendered, wanted, strict=True)
-                )
-            await page.write(frame)
+            sent = by_filters.get(page.filters)
+            if sent is None:
+                wanted = tuple(page.wanted(wire) for wire in wires)
+                sent = frames.get(wanted)
+                if sent is None:
+                    self.frames += 1
+                    frame = "".join(
+                        fragments.html(with_row=row)
+                        for fragments, row in zip(rendered, wanted, strict=True)
+                    )
+                    sent = frames[wanted] = {"type": "websocket.send", "text": frame}
+                by_filters[page.filters] = sent
+            await page.write(sent)
 
 
 fanout = ClusterFanout(shared_renders)
@@ -150,8 +157,10 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     sender: str = ""
     since: int | None = None
     searching: bool = False
+    # What ``wanted`` reads, as one key: pages with equal filters want the same rows.
+    filters: tuple[object, ...] = ()
     # Frames pushed before the page was accepted, written right after it is.
-    backlog: list[str] | None = None
+    backlog: list[dict[str, Any]] | None = None
     # Where the pushed frames go: the server's own send (``ledger.fanout.frame_send``).
     frame_send: Send
 
@@ -168,13 +177,14 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         since = query.get("since", [""])[0].strip()
         self.since = int(since) if since.isdigit() else None
         self.searching = bool(query.get("q", [""])[0].strip())
+        self.filters = (self.searching, self.topic, self.sender, self.since)
         group = cluster_group(cluster_id)
         self.backlog = []
         await fanout.join(group, self)
         self.group = group
         await self.accept()
         while self.backlog:
-            await self.send(text_data=self.backlog.pop(0))
+            await self.send(text_data=self.backlog.pop(0)["text"])
         self.backlog = None
 
     async def disconnect(self, code: int) -> None:
@@ -191,13 +201,14 @@ class ClusterTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return False
         return self.since is None or int(wire.get("timestamp", 0)) >= self.since
 
-    async def write(self, frame: str) -> None:
-        """Send one pushed frame, kept for after the accept while the page is connecting."""
+    async def write(self, sent: dict[str, Any]) -> None:
+        """Send one pushed frame (its ``websocket.send``), kept for after the accept while the
+        page is connecting."""
         if self.backlog is not None:
-            self.backlog.append(frame)
+            self.backlog.append(sent)
             return
         try:
-            await self.frame_send({"type": "websocket.send", "text": frame})
+            await self.frame_send(sent)
         except Exception:
             # A page that went away meanwhile; the others still get the frame.
             logger.debug("push to a closed cluster page", exc_info=True)

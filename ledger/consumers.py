@@ -101,7 +101,7 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     # different servers may arrive out of sequence; the ``data.sequence`` tells).
     resynced_up_to: int = 0
     # Pushes that came before the socket was accepted and caught up, written right after.
-    backlog: list[tuple[int, str]] | None = None
+    backlog: list[tuple[int, dict[str, Any]]] | None = None
     # Where the pushed frames go: the server's own send (``ledger.fanout.frame_send``).
     frame_send: Send
 
@@ -123,8 +123,8 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if after is not None:
             await self._resync(cluster_id, after)
         while self.backlog:
-            sequence, frame = self.backlog.pop(0)
-            await self._send_live(sequence, frame)
+            sequence, sent = self.backlog.pop(0)
+            await self._send_live(sequence, sent)
         self.backlog = None
 
     async def _resync(self, cluster_id: str, after: int) -> None:
@@ -144,18 +144,23 @@ class ClusterMessagesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.group is not None:
             await message_fanout.leave(self.group, self)
 
-    async def write(self, sequence: int, frame: str) -> None:
-        """One pushed message's frame, kept for later while the socket connects and catches up."""
+    async def write(self, sequence: int, sent: dict[str, Any]) -> None:
+        """One pushed message's ``websocket.send``, kept for later while the socket connects and
+        catches up. Written once per socket per message: one coroutine, nothing built."""
         if self.backlog is not None:
-            self.backlog.append((sequence, frame))
-            return
-        await self._send_live(sequence, frame)
+            self.backlog.append((sequence, sent))
+        elif sequence > self.resynced_up_to:
+            try:
+                await self.frame_send(sent)
+            except Exception:
+                # A socket that went away meanwhile; the others still get the frame.
+                logger.debug("push to a closed cluster stream", exc_info=True)
 
-    async def _send_live(self, sequence: int, frame: str) -> None:
+    async def _send_live(self, sequence: int, sent: dict[str, Any]) -> None:
+        """``write`` for a push held back while the socket connected (``backlog``)."""
         if sequence <= self.resynced_up_to:
             return
         try:
-            await self.frame_send({"type": "websocket.send", "text": frame})
+            await self.frame_send(sent)
         except Exception:
-            # A socket that went away meanwhile; the others still get the frame.
             logger.debug("push to a closed cluster stream", exc_info=True)

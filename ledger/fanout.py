@@ -186,9 +186,10 @@ def frame_send(scope: dict[str, Any], fallback: Send) -> Send:
 
 
 class FrameSink(Protocol):
-    """A socket that the agents' fan-out writes to (``ledger.consumers``)."""
+    """A socket that the agents' fan-out writes to (``ledger.consumers``): ``sent`` is the ASGI
+    ``websocket.send`` of one message's frame, the same object for every socket."""
 
-    async def write(self, sequence: int, frame: str) -> None: ...
+    async def write(self, sequence: int, sent: dict[str, Any]) -> None: ...
 
 
 def message_frame(wire: dict[str, JSON]) -> str:
@@ -206,10 +207,11 @@ class MessageFanout(GroupFanout[FrameSink]):
     async def deliver(self, members: list[FrameSink], event: dict[str, Any]) -> None:
         for wire in pushed_messages(event):
             self.frames += 1
-            frame = message_frame(wire)
+            # One ``websocket.send`` for all the sockets: the server reads it, changes nothing.
+            sent = {"type": "websocket.send", "text": message_frame(wire)}
             sequence = int(str(wire.get("sequence", 0)))
             for member in members:
-                await member.write(sequence, frame)
+                await member.write(sequence, sent)
 
 
 message_fanout = MessageFanout()

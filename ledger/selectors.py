@@ -79,8 +79,8 @@ def cluster_get(*, cluster_id: str) -> ClusterRecord:
 
 
 def cluster_exists(*, cluster_id: str) -> bool:
-    """Whether a cluster with this id exists (one indexed query)."""
-    return storable(cluster_id) and Cluster.objects.filter(pk=cluster_id).exists()
+    """Whether a cluster with this id exists (one prebuilt primary-key seek)."""
+    return storable(cluster_id) and statements.cluster_found(cluster_id=cluster_id)
 
 
 def cluster_list(

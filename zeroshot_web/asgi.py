@@ -36,12 +36,28 @@ class BrowserOriginValidator(OriginValidator):  # type: ignore[misc]
 
     The check stops other sites from riding on an operator's session cookie. Agents connect with
     an API key and usually send no Origin at all; they still have to authenticate.
+
+    Each handshake's Origin is matched against every allowed host, each parsed again by Channels
+    every time; the answer for an Origin is kept (``KEEP`` of them: a site's pages send one or
+    two, and others only fill the room up until it is emptied).
     """
+
+    KEEP = 64
+
+    def __init__(self, application: Any, allowed_origins: Any) -> None:
+        super().__init__(application, allowed_origins)
+        self.answers: dict[object, bool] = {}
 
     def valid_origin(self, parsed_origin: object) -> bool:
         if parsed_origin is None:
             return True
-        return bool(super().valid_origin(parsed_origin))
+        answer = self.answers.get(parsed_origin)
+        if answer is None:
+            answer = bool(super().valid_origin(parsed_origin))
+            if len(self.answers) >= self.KEEP:
+                self.answers.clear()
+            self.answers[parsed_origin] = answer
+        return answer
 
 
 class PipelineStarter:

@@ -5,13 +5,20 @@ page holds a hundred of them, and a row is fixed once its message is stored (mes
 immutable), so rows are written here rather than by the template engine, whose lookups, filters
 and escaping per value cost about ten times as much. Every text that comes from a message is
 escaped exactly once (``html.escape``, quotes included, as the template's autoescape does).
+
+Rows already written are kept per process (``WrittenRows``): a page loaded again, another page
+of the same cluster or a push's render reuses the row of a message it has written before,
+checked against everything the row is written from (docs/decisions/0245).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
+import threading
 from collections.abc import Iterable
+from typing import Any
 
 from django.urls import reverse
 from django.utils.safestring import SafeString
@@ -41,15 +48,73 @@ def rows_html(rows: Iterable[tuple[MessageRecord, SearchHit | None]]) -> SafeStr
             prefix = prefixes[message.cluster_id] = _json_url_prefix(message.cluster_id)
         task_id = _task_of(message)
         # The prefixes are escaped once; a sequence and a task id (``_TASK_ID``) need none.
-        written.append(
-            _row(
-                message,
-                hit,
-                json_url=f"{prefix}{message.sequence}.json",
-                task_url=f"{task_prefix}{task_id}/" if task_id else None,
-            )
-        )
+        json_url = f"{prefix}{message.sequence}.json"
+        task_url = f"{task_prefix}{task_id}/" if task_id else None
+        if hit is not None:  # a search's row marks its hits: written each time
+            written.append(_row(message, hit, json_url=json_url, task_url=task_url))
+            continue
+        written.append(written_rows.row(message, json_url=json_url, task_url=task_url))
     return SafeString("".join(written))
+
+
+class WrittenRows:
+    """The rows of messages written before, kept up to ``keep`` rows and ``keep_chars``
+    characters, the oldest written forgotten first.
+
+    A row is found by its message's cluster, sequence and id, and used only when everything it
+    is written from is the same: the message's other fields, its content and metadata as exact
+    JSON (``_content_text``: ``1``, ``1.0`` and ``true`` differ there, as do keys in another
+    order, where Python's ``==`` sees none) and the two links. A cluster made again under the
+    same id, whose messages may repeat ids and sequences with other contents, gets its own rows.
+    Safe across threads (a page's view and a push's render run on different ones).
+    """
+
+    def __init__(self, *, keep: int = 4096, keep_chars: int = 8_000_000) -> None:
+        self.keep = keep
+        self.keep_chars = keep_chars
+        self.writes = 0  # rows written, for the tests and a debugger
+        self._rows: dict[tuple[str, int, str], tuple[tuple[Any, ...], str]] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def row(self, message: MessageRecord, *, json_url: str, task_url: str | None) -> str:
+        """The row of ``message`` (no search hit), written once and kept."""
+        key = (message.cluster_id, message.sequence, message.id)
+        source = (
+            message.timestamp,
+            message.topic,
+            message.sender,
+            message.receiver,
+            _content_text([message.content, message.metadata]),
+            json_url,
+            task_url,
+        )
+        kept = self._rows.get(key)
+        if kept is not None and kept[0] == source:
+            return kept[1]
+        self.writes += 1
+        written = _row(message, None, json_url=json_url, task_url=task_url)
+        with self._lock:
+            previous = self._rows.pop(key, None)
+            if previous is not None:
+                self._chars -= len(previous[1])
+            self._rows[key] = (source, written)
+            self._chars += len(written)
+            while len(self._rows) > self.keep or (
+                self._chars > self.keep_chars and len(self._rows) > 1
+            ):
+                oldest = next(iter(self._rows))
+                self._chars -= len(self._rows.pop(oldest)[1])
+        return written
+
+
+def _content_text(value: Any) -> str:
+    """A JSON value as exact text: what ``pretty_json`` prints is a function of it (both use
+    the same ``default``, neither sorts the keys)."""
+    return json.dumps(value, default=str)
+
+
+written_rows = WrittenRows()
 
 
 # A task id as the server makes them; anything else in ``data.taskId`` links nowhere.

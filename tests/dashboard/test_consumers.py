@@ -237,7 +237,7 @@ def test_a_push_to_a_page_not_accepted_yet_is_kept_for_after_its_accept() -> Non
             await asyncio.sleep(0.01)
         await hub.leave(group, connecting)
         await hub.leave(group, open_page)
-        return list(connecting.backlog or [])
+        return [message["text"] for message in connecting.backlog or []]
 
     kept = asyncio.run(scenario())
 
@@ -316,3 +316,54 @@ def test_the_page_and_the_push_print_the_same_row(operator_client: Client, clust
     assert row.group(0) in page
     assert "&lt;script&gt;" in row.group(0)
     assert '"attempt": 2' in row.group(0).replace("&quot;", '"')
+
+
+def test_pages_with_the_same_filters_have_their_rows_chosen_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A push to many pages reads each page's filters only once per distinct filters: pages
+    that filter alike share the choice and the frame's ``websocket.send``; the others get
+    their own."""
+    hub = ClusterFanout(SharedRenders())
+    pages = [ClusterTimelineConsumer() for _ in range(5)]
+    for page in pages[:3]:
+        page.filters = (False, "", "", None)
+    for page in pages[3:]:
+        page.topic = "OTHER_TOPIC"
+        page.filters = (False, "OTHER_TOPIC", "", None)
+    received: dict[int, list[dict[str, Any]]] = {id(page): [] for page in pages}
+    for page in pages:
+
+        async def frame_send(message: dict[str, Any], page: Any = page) -> None:
+            received[id(page)].append(message)
+
+        page.frame_send = frame_send
+    asked = Counter[str]()
+    wanted = ClusterTimelineConsumer.wanted
+
+    def counting_wanted(self: ClusterTimelineConsumer, wire: dict[str, Any]) -> bool:
+        asked[self.topic] += 1
+        return wanted(self, wire)
+
+    monkeypatch.setattr(ClusterTimelineConsumer, "wanted", counting_wanted)
+    events = [
+        {"type": "ledger.message", "message": wire_of(1)},
+        {"type": "ledger.messages", "messages": [wire_of(2), wire_of(3)]},
+    ]
+
+    async def scenario() -> None:
+        for event in events:
+            await hub.deliver(pages, event)
+
+    asyncio.run(scenario())
+
+    assert asked == {"": 3, "OTHER_TOPIC": 3}  # one wire, then two, once per filters
+    shown = [row_sequences(m["text"]) for m in received[id(pages[0])]]
+    hidden = [row_sequences(m["text"]) for m in received[id(pages[3])]]
+    assert shown == [["1"], ["2", "3"]]
+    assert hidden == [[], []]
+    for event_index in range(2):
+        alike = {id(received[id(page)][event_index]) for page in pages[:3]}
+        assert len(alike) == 1
+        assert received[id(pages[0])][event_index] is not received[id(pages[3])][event_index]
+    assert hub.frames == 4

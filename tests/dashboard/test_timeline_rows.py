@@ -8,7 +8,7 @@ import pytest
 from django.template.loader import render_to_string
 
 from dashboard.fragments import timeline_rows_html
-from dashboard.presentation.timeline import rows_html
+from dashboard.presentation.timeline import WrittenRows, _row, rows_html
 from ledger.interfaces import MessageRecord, SearchHit
 from ledger.records import MATCH_END, MATCH_START
 
@@ -147,3 +147,81 @@ def test_a_push_carries_the_same_rows_as_an_out_of_band_insert() -> None:
     )
     assert '<li class="msg" id="msg-7" data-sequence="7">' in region
     assert "No messages yet" not in region
+
+
+def test_a_row_written_before_is_reused_with_the_same_bytes() -> None:
+    rows = WrittenRows()
+    row = message(content={"text": "Done.", "data": {"taskId": "task_" + "0" * 32}})
+    urls = {"json_url": "/clusters/c-1/messages/7.json", "task_url": "/tasks/x/"}
+
+    first = rows.row(row, **urls)
+    again = rows.row(
+        message(content={"text": "Done.", "data": {"taskId": "task_" + "0" * 32}}), **urls
+    )
+
+    assert again == first
+    assert rows.writes == 1
+    assert rows_html([(row, None)]) == rows_html([(row, None)])
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"content": {"data": True}},  # == 1 in Python, ``true`` on the page
+        {"content": {"data": 1.0}},
+        {"content": {"data": {"b": 1, "a": 2}}},  # the same dict in another order
+        {"metadata": 1},
+        {"timestamp": 1_770_024_000_124},
+        {"topic": "OTHER"},
+        {"sender": "another"},
+        {"receiver": "validator"},
+    ],
+)
+def test_a_kept_row_is_not_used_for_a_message_written_from_anything_else(
+    other: dict[str, object],
+) -> None:
+    """A cluster made again under the same id may repeat a message's id and sequence with
+    other fields: its row is written anew, as printing it fresh would."""
+    rows = WrittenRows()
+    urls = {"json_url": "/clusters/c-1/messages/7.json", "task_url": None}
+    rows.row(message(content={"data": {"a": 2, "b": 1}}, metadata=1.0), **urls)
+    rows.row(message(content={"data": 1}), **urls)
+    changed = message(**{"content": {"data": 1}, **other})
+
+    assert rows.row(changed, **urls) == _row(changed, None, **urls)
+    assert rows.writes == 3
+    assert rows.row(changed, json_url="/elsewhere/7.json", task_url=None) == _row(
+        changed, None, json_url="/elsewhere/7.json", task_url=None
+    )
+
+
+def test_kept_rows_are_bounded_the_oldest_written_forgotten_first() -> None:
+    rows = WrittenRows(keep=2)
+    urls = {"json_url": "/j", "task_url": None}
+    for sequence in (1, 2, 3):
+        rows.row(message(sequence=sequence, id=f"m{sequence}"), **urls)
+    rows.row(message(sequence=3, id="m3"), **urls)
+    rows.row(message(sequence=2, id="m2"), **urls)
+    assert rows.writes == 3
+    rows.row(message(sequence=1, id="m1"), **urls)
+    assert rows.writes == 4
+
+    by_chars = WrittenRows(keep_chars=1)
+    for _ in range(2):
+        by_chars.row(message(), **urls)
+    assert by_chars.writes == 1  # the newest row is kept, however long
+    by_chars.row(message(sequence=8, id="m8"), **urls)
+    by_chars.row(message(), **urls)
+    assert by_chars.writes == 3
+
+
+def test_a_searched_row_is_written_each_time_and_kept_rows_do_not_serve_it() -> None:
+    row = message(content={"text": "find me"})
+    hit = SearchHit(message=row, snippet=f"{MATCH_START}find{MATCH_END} me")
+    plain = rows_html([(row, None)])
+
+    searched = rows_html([(row, hit)])
+
+    assert "<mark>find</mark>" in searched
+    assert searched != plain
+    assert rows_html([(row, None)]) == plain

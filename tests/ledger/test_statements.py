@@ -331,3 +331,20 @@ def test_the_cluster_pages_reads_are_index_seeks_on_sqlite(filled: str) -> None:
         ["sqlite_autoindex_ledger_clusterconfigversion_1"],  # (cluster, version) unique
     ]
     assert not [step for plan in plans for step in plan if "TEMP B-TREE" in step]
+
+
+def test_whether_a_cluster_exists_is_the_orms_answer_in_one_seek(filled: str) -> None:
+    from ledger.models import Cluster
+    from ledger.selectors import cluster_exists
+
+    ids = [filled, "missing", filled.upper(), filled + " ", "x" * 300, "", "nul\x00"]
+    with CaptureQueriesContext(connection) as captured:
+        found = [cluster_exists(cluster_id=cid) for cid in ids]
+
+    assert found == [True, False, False, False, False, False, False]
+    assert found[:6] == [Cluster.objects.filter(pk=cid).exists() for cid in ids[:6]]
+    assert len(captured.captured_queries) == 6  # an id with a NUL is asked nothing
+    if connection.vendor == "sqlite":
+        assert _indexes(_plan(captured.captured_queries[0]["sql"])) == [
+            "sqlite_autoindex_ledger_cluster_1"
+        ]

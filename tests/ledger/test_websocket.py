@@ -151,6 +151,52 @@ def test_browser_from_a_foreign_origin_is_refused(cluster: str, api_key: str) ->
     assert asyncio.run(scenario()) is False
 
 
+def test_browser_from_a_foreign_origin_is_refused_again_and_the_allowed_one_accepted(
+    cluster: str, api_key: str
+) -> None:
+    """An Origin's answer, once known, is kept: the same answers every time."""
+
+    async def scenario() -> list[bool]:
+        answers = []
+        for origin in [b"http://evil.example", b"http://localhost"] * 2:
+            client, ok, _ = await connect(
+                f"/ws/clusters/{cluster}/?key={api_key}", [(b"origin", origin)]
+            )
+            if ok:
+                await client.disconnect()
+            answers.append(ok)
+        return answers
+
+    assert asyncio.run(scenario()) == [False, True, False, True]
+
+
+def test_an_origins_answer_is_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from urllib.parse import urlparse
+
+    from channels.security.websocket import OriginValidator
+
+    from zeroshot_web.asgi import BrowserOriginValidator
+
+    asked: list[str] = []
+    validate = OriginValidator.validate_origin
+
+    def counting(self: OriginValidator, parsed: Any) -> bool:
+        asked.append(parsed.geturl())
+        return bool(validate(self, parsed))
+
+    monkeypatch.setattr(OriginValidator, "validate_origin", counting)
+    validator = BrowserOriginValidator(None, ["localhost", "example.org"])
+    origins = ["http://localhost", "https://evil.example", "http://localhost:8000", None] * 3
+
+    answers = [validator.valid_origin(urlparse(o) if o else None) for o in origins]
+
+    assert answers == [True, False, True, True] * 3
+    assert asked == ["http://localhost", "https://evil.example", "http://localhost:8000"]
+    for n in range(BrowserOriginValidator.KEEP * 2):
+        assert validator.valid_origin(urlparse(f"http://h{n}.example")) is False
+    assert len(validator.answers) <= BrowserOriginValidator.KEEP
+
+
 @override_settings(CHANNEL_LAYERS={"default": redis_channel_layer(REDIS_URL)})
 def test_pushes_travel_through_the_real_redis_layer(api_key: str) -> None:
     # Redis is shared by every test run on the machine: a cluster of our own keeps its group ours.

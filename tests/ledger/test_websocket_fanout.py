@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from ledger.fanout import ServerSend, message_fanout, message_frame
+from ledger.fanout import MessageFanout, ServerSend, message_fanout, message_frame
 from ledger.push import cluster_group, pusher
 from ledger.services import MessageDraft, message_publish, message_publish_batch
 from zeroshot_web.asgi import application
@@ -230,3 +230,34 @@ def test_pushed_frames_go_through_the_server_s_send_past_the_wrappers_below_it(
     assert asyncio.run(scenario()) == ["1", "2", "3", "4"]
     pushed = 0 if server_send else 3
     assert recorder.seen == ["websocket.accept"] + ["websocket.send"] * (1 + pushed)
+
+
+def test_a_pushed_message_is_one_send_for_every_stream() -> None:
+    """Each message of a push becomes one frame and one ``websocket.send``, the same object
+    for every socket, in order; nothing is built per socket."""
+    hub = MessageFanout()
+
+    class Sink:
+        def __init__(self) -> None:
+            self.sent: list[tuple[int, dict[str, Any]]] = []
+
+        async def write(self, sequence: int, sent: dict[str, Any]) -> None:
+            self.sent.append((sequence, sent))
+
+    sinks = [Sink() for _ in range(4)]
+    wires = [{"id": f"msg_{n}", "sequence": n, "topic": "T"} for n in (1, 2, 3)]
+
+    async def scenario() -> None:
+        await hub.deliver(list(sinks), {"type": "ledger.message", "message": wires[0]})
+        await hub.deliver(list(sinks), {"type": "ledger.messages", "messages": wires[1:]})
+
+    asyncio.run(scenario())
+
+    assert hub.frames == 3
+    first = sinks[0].sent
+    assert [sequence for sequence, _ in first] == [1, 2, 3]
+    assert [sent for _, sent in first] == [
+        {"type": "websocket.send", "text": message_frame(wire)} for wire in wires
+    ]
+    for sink in sinks[1:]:
+        assert [(s, id(sent)) for s, sent in sink.sent] == [(s, id(sent)) for s, sent in first]
