@@ -9,12 +9,14 @@ not Ninja's own ``SimpleRateThrottle``: docs/decisions/0062-rate-limits.md.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import threading
 import time
 from typing import Any
 
+import redis.asyncio
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.redis import RedisCache
@@ -83,10 +85,33 @@ def rate_count(identity: ApiKeyIdentity) -> tuple[bool, float | None]:
     limit, seconds = rate_parse(rate)
     now = time.time()
     window = int(now // seconds)
-    key = f"ratelimit:{identity.prefix}:{seconds}:{window}"
     # A little longer than the window, so that a counter never vanishes inside it.
-    count = _count(key, seconds + 1)
+    count = _count(_counter_key(identity, seconds, window), seconds + 1)
     return count <= limit, (window + 1) * seconds - now
+
+
+async def rate_count_on_loop(identity: ApiKeyIdentity) -> tuple[bool, float | None]:
+    """``rate_count`` for a caller on an event loop, without a thread: in Redis the count is
+    awaited on the loop's own client (the same counter, one round trip); the process's memory
+    is counted in at once."""
+    rate = settings.API_RATE_LIMIT
+    backend = caches[DEFAULT_CACHE_ALIAS]
+    if not rate or not isinstance(backend, RedisCache):
+        return rate_count(identity)
+    limit, seconds = rate_parse(rate)
+    now = time.time()
+    window = int(now // seconds)
+    stored_key = backend.make_and_validate_key(_counter_key(identity, seconds, window))
+    client = _loop_client(backend)
+    try:
+        count = await client.evalsha(COUNT_SHA, 1, stored_key, seconds + 1)
+    except NoScriptError:
+        count = await client.eval(COUNT_LUA, 1, stored_key, seconds + 1)
+    return int(count) <= limit, (window + 1) * seconds - now
+
+
+def _counter_key(identity: ApiKeyIdentity, seconds: int, window: int) -> str:
+    return f"ratelimit:{identity.prefix}:{seconds}:{window}"
 
 
 def _count(key: str, timeout: int) -> int:
@@ -133,6 +158,23 @@ def _redis_client(backend: RedisCache) -> Any:
         with _clients_lock:
             made = backend._cache.get_client(write=True)  # type: ignore[attr-defined]
             client = _clients.setdefault(servers, made)
+    return client
+
+
+# The asyncio Redis client of each event loop and cache servers (a client is bound to its loop).
+_loop_clients: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...]], Any] = {}
+
+
+def _loop_client(backend: RedisCache) -> Any:
+    servers = tuple(backend._servers)  # type: ignore[attr-defined]
+    loop = asyncio.get_running_loop()
+    client = _loop_clients.get((loop, servers))
+    if client is None:
+        # Clients of loops that are gone (a test's) have nothing to answer any more.
+        for gone in [key for key in _loop_clients if key[0].is_closed()]:
+            del _loop_clients[gone]
+        # Django writes to the first server of a cache's location.
+        client = _loop_clients[(loop, servers)] = redis.asyncio.Redis.from_url(servers[0])
     return client
 
 

@@ -3,6 +3,7 @@ one connection a process, the cache's own counter."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 import uuid
@@ -15,7 +16,7 @@ from django.core.cache import caches
 from django.test import override_settings
 
 from ledger.keys import ApiKeyIdentity
-from zeroshot_web.throttling import rate_count
+from zeroshot_web.throttling import rate_count, rate_count_on_loop
 
 # The suite's own Redis database, never the default one that other programs use.
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/4"
@@ -98,3 +99,32 @@ def test_the_counter_is_the_cache_own_and_expires_after_its_window() -> None:
     assert cache.get(window_key) == 3
     assert 3600 < client.ttl(stored) <= 3601
     client.close()
+
+
+@override_settings(CACHES=REDIS_CACHE, API_RATE_LIMIT="3/m")
+def test_on_an_event_loop_the_count_is_one_awaited_round_trip_into_the_same_counter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    who = identity()
+    sent: list[str] = []
+    execute: Callable[..., Any] = redis.asyncio.Redis.execute_command
+
+    async def counted(self: redis.asyncio.Redis, *args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]).upper())
+        return await execute(self, *args, **options)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", counted)
+
+    async def requests() -> list[bool]:
+        answers = [await rate_count_on_loop(who) for _ in range(2)]
+        return [allowed for allowed, _ in answers]
+
+    # given one request counted in a thread, then two on a loop
+    first = rate_count(who)[0]
+    on_loop = asyncio.run(requests())
+
+    # then the loop's count went on from the thread's, one command each, the third let in
+    # and a fourth refused wherever it is counted
+    assert [first, *on_loop] == [True, True, True]
+    assert sent == ["EVALSHA", "EVALSHA"]
+    assert rate_count(who)[0] is False
