@@ -3,8 +3,8 @@
 ``RedisChannelLayer.group_send`` asks Redis four times for a group with members (the group's
 expiry clean-up, its members, the members' queues' expiry clean-up, then a script that adds
 the message) and twice for a group nobody listens to, and a push of the live messages is one
-group send per cluster per moment: with PostgreSQL the parsing of those answers was the
-largest cost left in a task cycle (docs/decisions/0230-group-send-in-one-round-trip.md).
+group send per cluster per moment: about one per single publish, 0.21 ms of the server's CPU
+to an empty group (docs/decisions/0230-group-send-in-one-round-trip.md).
 
 ``group_send_many`` does all of that for several groups in one script, so one round trip for
 whatever a push sends, and ``group_send`` is the same for one group. What lands in Redis is
