@@ -33,7 +33,7 @@ from runs.waiting import claim_waiting
 from zeroshot_web.api import BoundedJsonParser
 from zeroshot_web.limits import ASGIApp, Receive, Scope, Send
 from zeroshot_web.middleware import CONTENT_SECURITY_POLICY
-from zeroshot_web.throttling import rate_count, retry_after
+from zeroshot_web.throttling import rate_count, rate_count_on_loop, retry_after
 
 logger = logging.getLogger(__name__)
 
@@ -178,11 +178,16 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _identity(token: str) -> ApiKeyIdentity | None:
-    """The key's identity, or None; over its rate limit, 429. A key verified lately and no rate
-    limit to count need no thread: a burst of claims is admitted on the loop itself."""
-    if not settings.API_RATE_LIMIT and (known := api_key_known(plain=token)) is not None:
-        return known
-    return await in_database(_admit)(token)  # type: ignore[no-any-return]
+    """The key's identity, or None; over its rate limit, 429. A key verified lately needs no
+    thread: a burst of requests is admitted on the loop itself, its rate limit counted there."""
+    known = api_key_known(plain=token)
+    if known is None:
+        return await in_database(_admit)(token)  # type: ignore[no-any-return]
+    if settings.API_RATE_LIMIT:
+        allowed, wait = await rate_count_on_loop(known)
+        if not allowed:
+            raise _refused(wait)
+    return known
 
 
 def _admit(token: str) -> ApiKeyIdentity | None:
@@ -192,13 +197,17 @@ def _admit(token: str) -> ApiKeyIdentity | None:
         return None
     allowed, wait = rate_count(identity)
     if not allowed:
-        seconds = retry_after(wait or 0)
-        raise Answer(
-            429,
-            {"code": "rate_limited", "message": "Too many requests."},
-            ((b"retry-after", str(int(seconds)).encode()),),
-        )
+        raise _refused(wait)
     return identity
+
+
+def _refused(wait: float | None) -> Answer:
+    seconds = retry_after(wait or 0)
+    return Answer(
+        429,
+        {"code": "rate_limited", "message": "Too many requests."},
+        ((b"retry-after", str(int(seconds)).encode()),),
+    )
 
 
 async def _claim(identity: ApiKeyIdentity, body: bytes, arrived: float) -> Answer:

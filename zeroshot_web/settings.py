@@ -184,6 +184,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 def redis_channel_layer(url: str) -> dict[str, Any]:
     """The Redis channel layer, with a socket timeout above its blocking reads.
 
+    channels_redis's layer with group sends in one round trip (ledger/channel_layer.py).
+
     channels_redis waits for messages with BZPOPMIN of up to 5 s (``brpop_timeout``), and
     redis-py 6+ gives every socket a 5 s read timeout by default: an idle consumer's read then
     times out just as the server answers, and the socket is closed with 1011 (channels_redis
@@ -191,7 +193,7 @@ def redis_channel_layer(url: str) -> dict[str, Any]:
     Redis that really stops answering is still noticed; keepalive finds dead peers.
     """
     return {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "ledger.channel_layer.OneTripRedisChannelLayer",
         "CONFIG": {
             "hosts": [
                 {

@@ -216,7 +216,7 @@ def test_pushes_travel_through_the_real_redis_layer(api_key: str) -> None:
 
         from channels.layers import get_channel_layer
 
-        assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
+        assert type(get_channel_layer()).__name__ == "OneTripRedisChannelLayer"
         assert asyncio.run(scenario())["data"]["topic"] == "VIA_REDIS"
     finally:
         channel_layers.backends.pop("default", None)
