@@ -136,6 +136,8 @@ TEMPLATES: list[dict[str, Any]] = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # ``{% url %}`` with its answers kept (docs/decisions/0251).
+            "builtins": ["dashboard.templatetags.kept_links"],
         },
     },
 ]

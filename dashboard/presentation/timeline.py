@@ -20,9 +20,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from django.urls import reverse
 from django.utils.safestring import SafeString
 
+from dashboard.links import reverse_kept
 from dashboard.presentation.labels import (
     first_line,
     moment_iso,
@@ -39,7 +39,9 @@ _escape = html.escape
 
 def rows_html(rows: Iterable[tuple[MessageRecord, SearchHit | None]]) -> SafeString:
     """The rows of messages (with their search hits, if any), in the order given."""
-    task_prefix = _escape(reverse("dashboard:task", kwargs={"task_id": "0"}).removesuffix("0/"))
+    task_prefix = _escape(
+        reverse_kept("dashboard:task", kwargs={"task_id": "0"}).removesuffix("0/")
+    )
     prefixes: dict[str, str] = {}
     written = []
     for message, hit in rows:
@@ -131,7 +133,7 @@ def _task_of(message: MessageRecord) -> str | None:
 def _json_url_prefix(cluster_id: str) -> str:
     """The URL of a message as JSON without its last part, escaped: one ``reverse()`` per
     cluster."""
-    url = reverse("dashboard:message-json", kwargs={"cluster_id": cluster_id, "sequence": 0})
+    url = reverse_kept("dashboard:message-json", kwargs={"cluster_id": cluster_id, "sequence": 0})
     return _escape(url.removesuffix("0.json"))
 
 

@@ -10,9 +10,10 @@ from typing import Any
 from urllib.parse import quote
 
 from django import template
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
 from django.utils.safestring import SafeString
 
+from dashboard.links import reverse_kept
 from dashboard.presentation.labels import (
     first_line,
     moment_iso,
@@ -79,7 +80,7 @@ def inspector_url(cluster_id: str, agent_id: Any) -> str:
     instead of failing the whole page.
     """
     try:
-        return reverse(
+        return reverse_kept(
             "dashboard:inspector", kwargs={"cluster_id": cluster_id, "agent_id": agent_id}
         )
     except NoReverseMatch:
