@@ -6,6 +6,8 @@ render the page, or only its region when htmx asks (``dashboard.http``).
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -13,7 +15,6 @@ from urllib.parse import quote, urlencode
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -24,10 +25,18 @@ from dashboard.activity import agents_context, completion_of, usage_of
 from dashboard.forms import ClusterListForm, LaunchForm, TimelineForm
 from dashboard.fragments import count_html, snapshot_html, timeline_rows_html
 from dashboard.http import HtmxHttpRequest, render_page_or_region
+from dashboard.links import reverse_kept
 from dashboard.presentation.labels import TOPIC_TONES
 from dashboard.presentation.timeline import rows_html
 from dashboard.sizes import cluster_sizes
-from dashboard.topology import NODE_H, NODE_W, published_topics, topology, trigger_topics
+from dashboard.topology import (
+    NODE_H,
+    NODE_W,
+    Topology,
+    published_topics,
+    topology,
+    trigger_topics,
+)
 from ledger import interfaces as ledger
 from ledger.interfaces import (
     ClusterRecord,
@@ -98,7 +107,7 @@ def _paging(
     *, cluster: ClusterRecord, sequences: list[int], more: bool, values: dict[str, Any]
 ) -> _Paging:
     query = _filter_query(values)
-    page_url = reverse("dashboard:cluster", kwargs={"cluster_id": cluster.id})
+    page_url = reverse_kept("dashboard:cluster", kwargs={"cluster_id": cluster.id})
     before, after = values["before"], values["after"]
     older = newer = None
     if sequences:
@@ -161,7 +170,7 @@ def _timeline_context(
         more=timeline.more,
         values=values,
     )
-    page_url = reverse("dashboard:cluster", kwargs={"cluster_id": cluster.id})
+    page_url = reverse_kept("dashboard:cluster", kwargs={"cluster_id": cluster.id})
     query = _filter_query(values)
     return {
         "cluster": cluster,
@@ -175,7 +184,7 @@ def _timeline_context(
         "newer": paging.newer,
         "live_url": paging.live_url,
         "page_url": page_url,
-        "missed_url": reverse("dashboard:timeline-missed", kwargs={"cluster_id": cluster.id}),
+        "missed_url": reverse_kept("dashboard:timeline-missed", kwargs={"cluster_id": cluster.id}),
         "paged": paging.paged,
         "newest_url": page_url + ("?" + urlencode(query) if query else ""),
     }
@@ -267,16 +276,13 @@ def _cluster_panels(
     panel = agents_context(cluster, version=shown)
     agents = panel["agents"]
     # Suggestions for the filter inputs, from the config and the page: no scan of the ledger.
-    topics = sorted(
-        {t for a in cluster.agents for t in trigger_topics(a) + published_topics(a)}
-        | {m.topic for m in messages}
-    )
+    topics = sorted(_config_drawn(cluster).topics | {m.topic for m in messages})
     senders = sorted({a["id"] for a in agents if a["id"]} | {m.sender for m in messages})
     return {
         **panel,
         "snapshot": snapshot_latest(cluster_id=cluster.id),
         **topology_context(cluster, shown, versions),
-        "metrics_url": reverse("dashboard:metrics", kwargs={"cluster_id": cluster.id}),
+        "metrics_url": reverse_kept("dashboard:metrics", kwargs={"cluster_id": cluster.id}),
         "topic_choices": topics,
         "sender_choices": senders,
     }
@@ -289,16 +295,52 @@ def topology_context(
 ) -> dict[str, Any]:
     """The topology panel: the agents as the cluster runs them now (zeroshot's
     completion-detector included when it joins) or as of ``shown``, and the version picker."""
-    configured = agents_with_completion(shown.agents if shown else cluster.agents)
+    drawn = _config_drawn(cluster) if shown is None else _drawn(shown.agents)
     return {
-        "topology": topology(configured),
-        "completion": completion_of(configured),
+        "topology": drawn.topology,
+        "completion": drawn.completion,
         "config_versions": [_version_row(cluster, v) for v in versions],
         "config_version": shown.version if shown else cluster.config_version,
         "tones": range(TOPIC_TONES),
         "node_w": NODE_W,
         "node_h": NODE_H,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class _Drawn:
+    """What the page draws from a config alone: the agents as the cluster runs them
+    (``agents_with_completion``) as a topology and how they end, and the topics the config's
+    own agents are triggered by or publish (the filter's suggestions)."""
+
+    topology: Topology
+    completion: str
+    topics: frozenset[str]
+
+
+def _drawn(agents: list[dict[str, Any]]) -> _Drawn:
+    configured = agents_with_completion(agents)
+    return _Drawn(
+        topology=topology(configured),
+        completion=completion_of(configured),
+        topics=frozenset(t for a in agents for t in trigger_topics(a) + published_topics(a)),
+    )
+
+
+def _config_drawn(cluster: ClusterRecord) -> _Drawn:
+    """``_drawn`` of the cluster's current agents, kept per config text when the record was
+    read from one: a config changes only through a ``CLUSTER_OPERATIONS`` chain, and every load
+    of its page drew it anew (docs/decisions/0250)."""
+    if cluster.config_text is None:
+        return _drawn(cluster.agents)
+    return _drawn_of_text(cluster.config_text)
+
+
+@functools.lru_cache(maxsize=64)
+def _drawn_of_text(text: str) -> _Drawn:
+    # The record's config is this text parsed (ledger.statements), so are its agents here.
+    agents = ClusterRecord(id="", created_at=0, state="", config=json.loads(text)).agents
+    return _drawn(agents)
 
 
 def _version_row(cluster: ClusterRecord, version: ledger.ConfigVersionRecord) -> dict[str, Any]:
