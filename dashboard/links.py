@@ -16,13 +16,18 @@ from typing import Any
 
 from django.conf import settings
 from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils.safestring import SafeString
 
 # Enough for every page's links of a few hundred clusters; the oldest are dropped first.
 KEPT_LINKS = 4096
 
 
+# A template's literal (``{% url 'dashboard:cluster' ... %}``) is a ``SafeString``: the same text.
+_KEPT_TYPES = frozenset((str, SafeString, int))
+
+
 def _keepable(value: Any) -> bool:
-    return type(value) is str or type(value) is int
+    return type(value) in _KEPT_TYPES
 
 
 def reverse_kept(
@@ -35,8 +40,8 @@ def reverse_kept(
     args_key = tuple(args or ())
     kwargs_key = tuple(sorted((kwargs or {}).items()))
     if (
-        type(viewname) is not str
-        or not (current_app is None or type(current_app) is str)
+        type(viewname) not in _KEPT_TYPES
+        or not (current_app is None or _keepable(current_app))
         or not all(_keepable(v) for v in args_key)
         or not all(_keepable(v) for _, v in kwargs_key)
     ):
