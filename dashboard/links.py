@@ -11,7 +11,7 @@ time, never kept.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -33,7 +33,7 @@ def _keepable(value: Any) -> bool:
 def reverse_kept(
     viewname: str,
     args: Sequence[Any] | None = None,
-    kwargs: Mapping[str, Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
     current_app: str | None = None,
 ) -> str:
     """``reverse(viewname, args=args, kwargs=kwargs, current_app=current_app)``, kept."""
