@@ -426,19 +426,10 @@ def _progress_select(vendor: str) -> str:
     )
 
 
-@cache
-def _found_select(vendor: str) -> str:
-    """Whether a cluster exists: one seek on its primary key, nothing read."""
-    del vendor
-    return (
-        f"SELECT 1 FROM {connection.ops.quote_name(Cluster._meta.db_table)} "
-        f"WHERE {_column(Cluster, 'id')} = %s"
-    )
-
-
 def cluster_found(*, cluster_id: str) -> bool:
-    """Whether a cluster with this id exists (a websocket's handshake asks it each time)."""
-    return bool(statement_rows(_found_select(connection.vendor), [cluster_id]))
+    """Whether a cluster with this id exists (a websocket's handshake asks it each time): the
+    progress statement's seek on its primary key."""
+    return cluster_progress(cluster_id=cluster_id) is not None
 
 
 def cluster_progress(*, cluster_id: str) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ import hashlib
 import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
@@ -82,12 +83,9 @@ def rate_count(identity: ApiKeyIdentity) -> tuple[bool, float | None]:
     rate = settings.API_RATE_LIMIT
     if not rate:
         return True, None
-    limit, seconds = rate_parse(rate)
-    now = time.time()
-    window = int(now // seconds)
-    # A little longer than the window, so that a counter never vanishes inside it.
-    count = _count(_counter_key(identity, seconds, window), seconds + 1)
-    return count <= limit, (window + 1) * seconds - now
+    window = _window(identity, rate)
+    count = _count(window.key, window.timeout)
+    return count <= window.limit, window.left
 
 
 async def rate_count_on_loop(identity: ApiKeyIdentity) -> tuple[bool, float | None]:
@@ -98,20 +96,38 @@ async def rate_count_on_loop(identity: ApiKeyIdentity) -> tuple[bool, float | No
     backend = caches[DEFAULT_CACHE_ALIAS]
     if not rate or not isinstance(backend, RedisCache):
         return rate_count(identity)
+    window = _window(identity, rate)
+    stored_key = backend.make_and_validate_key(window.key)
+    client = _loop_client(backend)
+    try:
+        count = await client.evalsha(COUNT_SHA, 1, stored_key, window.timeout)
+    except NoScriptError:
+        count = await client.eval(COUNT_LUA, 1, stored_key, window.timeout)
+    return int(count) <= window.limit, window.left
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """The counter of a key's current window: its cache key, how long it lives, the requests
+    it allows, and the seconds until the window ends."""
+
+    key: str
+    timeout: int
+    limit: int
+    left: float
+
+
+def _window(identity: ApiKeyIdentity, rate: str) -> _Window:
     limit, seconds = rate_parse(rate)
     now = time.time()
     window = int(now // seconds)
-    stored_key = backend.make_and_validate_key(_counter_key(identity, seconds, window))
-    client = _loop_client(backend)
-    try:
-        count = await client.evalsha(COUNT_SHA, 1, stored_key, seconds + 1)
-    except NoScriptError:
-        count = await client.eval(COUNT_LUA, 1, stored_key, seconds + 1)
-    return int(count) <= limit, (window + 1) * seconds - now
-
-
-def _counter_key(identity: ApiKeyIdentity, seconds: int, window: int) -> str:
-    return f"ratelimit:{identity.prefix}:{seconds}:{window}"
+    return _Window(
+        key=f"ratelimit:{identity.prefix}:{seconds}:{window}",
+        # A little longer than the window, so that a counter never vanishes inside it.
+        timeout=seconds + 1,
+        limit=limit,
+        left=(window + 1) * seconds - now,
+    )
 
 
 def _count(key: str, timeout: int) -> int:

@@ -117,8 +117,8 @@ def cluster_append(
 
 
 def _stamp_floor(drafts: Sequence[MessageDraft], *, now: int) -> int:
-    """The earliest the first of ``drafts`` (all new) may be stamped, the row's clock aside:
-    ``ClusterWriter._first_timestamp`` without the row."""
+    """The earliest the first of ``drafts`` (all new) may be stamped, the row's clock aside
+    (``ClusterWriter._first_timestamp`` adds it): never before a requested timestamp."""
     requested = [d.timestamp - offset for offset, d in enumerate(drafts) if d.timestamp is not None]
     return max(now, *requested) if requested else now
 
@@ -333,12 +333,8 @@ class ClusterWriter:
 
     def _first_timestamp(self, fresh: Sequence[tuple[int, MessageDraft, str]], *, now: int) -> int:
         """Never earlier than any requested timestamp, never backwards, exactly 1 ms apart."""
-        requested = (
-            d.timestamp - offset
-            for offset, (_, d, _) in enumerate(fresh)
-            if d.timestamp is not None
-        )
-        return max(now, self._cluster.last_timestamp + 1, *requested)
+        floor = _stamp_floor([draft for _, draft, _ in fresh], now=now)
+        return max(floor, self._cluster.last_timestamp + 1)
 
     def _record(self, draft: MessageDraft, *, offset: int, timestamp: int) -> MessageRecord:
         return MessageRecord(
