@@ -108,6 +108,9 @@ class Turn:
     """What one step over a cluster did: how far it moved the cursor, or when to try again."""
 
     moved: int = 0
+    # The cluster held messages past this step when it committed (a cut batch, the stages' own
+    # messages): go round again. Commits after that wake the cluster themselves.
+    more: bool = False
     # Set when a stage failed and the step committed nothing: seconds until the next attempt.
     retry_in: float | None = None
     # Another thread of this process asked for the cluster meanwhile: go round once more.
@@ -183,7 +186,7 @@ class Pipeline:
                 if turn.retry_in is not None:
                     time.sleep(turn.retry_in)
                     continue
-                if turn.moved == 0:
+                if not turn.more:
                     with self._guard:
                         if cluster_id not in self._dirty:
                             return moved
@@ -201,7 +204,7 @@ class Pipeline:
             turn = self._step(cluster_id, limit)
             with self._guard:
                 again = cluster_id in self._dirty
-            return Turn(moved=turn.moved, retry_in=turn.retry_in, again=again)
+            return Turn(moved=turn.moved, more=turn.more, retry_in=turn.retry_in, again=again)
         finally:
             self._leave(cluster_id)
 
@@ -256,7 +259,7 @@ class Pipeline:
             # statement that moves it only from where this run found it.
             if not pipeline_cursor_move(cluster_id=cluster_id, after=batch.after, to=batch.upto):
                 return Turn()  # someone else ran these messages meanwhile
-            return self._moved(cluster_id, batch)
+            return self._moved(cluster_id, batch, last=batch.cluster.last_sequence)
         try:
             with cluster_transaction(cluster_id) as writer:
                 if writer.pipeline_sequence != batch.after:
@@ -279,15 +282,18 @@ class Pipeline:
                 if errors:
                     _report(writer, batch, errors, attempt)
                 writer.pipeline_advance(batch.upto)
+                last = writer.last_sequence
         except _Retry:
             return self._retry(cluster_id, batch, attempt)
-        return self._moved(cluster_id, batch)
+        return self._moved(cluster_id, batch, last=last)
 
-    def _moved(self, cluster_id: str, batch: Batch) -> Turn:
+    def _moved(self, cluster_id: str, batch: Batch, *, last: int) -> Turn:
+        """The step committed up to ``batch.upto`` while the cluster's newest message was
+        ``last``: another step follows only when that is further (no read to find nothing)."""
         self._forget_failure(cluster_id)
         with self._progress:
             self._progress.notify_all()
-        return Turn(moved=batch.upto - batch.after)
+        return Turn(moved=batch.upto - batch.after, more=last > batch.upto)
 
     def _retry(self, cluster_id: str, batch: Batch, attempt: int) -> Turn:
         with self._guard:
@@ -654,7 +660,7 @@ class _Scheduler:
                     self._waiting[cluster_id] = due
                     heapq.heappush(self._delayed, (due, cluster_id))
                     self._cond.notify_all()
-                elif turn.again or again or turn.moved:
+                elif turn.again or again or turn.more:
                     # Round again (more to do, or woken during its turn): it gathers like a
                     # woken cluster, so the queue keeps the order in which clusters became
                     # ready (one back from its turn never passes one woken meanwhile), and

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from ledger.models import Cluster, Message
 from ledger.pipeline import Batch, Pipeline, clusters_lagging, pipeline
@@ -131,6 +132,44 @@ def test_a_lagging_cursor_is_caught_up_by_the_next_run(cluster: str, recorder: R
     assert recorder.seen == [(1, "PING"), (2, "B"), (3, "PONG")]
     assert clusters_lagging() == []
     assert pipeline.run(cluster) == 0
+
+
+def test_a_turn_says_whether_the_cluster_holds_more_than_it_took(
+    cluster: str, recorder: Recorder
+) -> None:
+    # given three messages that no run saw, a PING among them
+    with override_settings(PIPELINE_MODE="off"):
+        for topic in ("A", "B", "PING"):
+            publish(cluster, topic)
+        # when turns of at most two messages are taken
+        cut = pipeline.turn(cluster, limit=2)
+        answered = pipeline.turn(cluster, limit=2)
+        last = pipeline.turn(cluster, limit=2)
+    # then a batch cut short has more, so has one whose stage appended a message (the PONG),
+    # and the one that reached the newest message has none
+    assert cut is not None
+    assert (cut.moved, cut.more) == (2, True)
+    assert answered is not None
+    assert (answered.moved, answered.more) == (1, True)
+    assert last is not None
+    assert (last.moved, last.more) == (1, False)
+    assert cursor(cluster) == 4
+
+
+def test_a_run_that_reaches_the_newest_message_reads_the_cluster_once(
+    cluster: str, recorder: Recorder
+) -> None:
+    # given two messages that no run saw
+    with override_settings(PIPELINE_MODE="off"):
+        publish(cluster, "A")
+        publish(cluster, "B")
+    # when the pipeline runs
+    with CaptureQueriesContext(connection) as ran:
+        moved = pipeline.run(cluster)
+    # then it took both and did not read the cluster again to find nothing
+    assert moved == 2
+    reads = [q["sql"] for q in ran.captured_queries if q["sql"].startswith("SELECT")]
+    assert len([sql for sql in reads if 'FROM "ledger_cluster"' in sql]) == 1, reads
 
 
 def test_a_run_that_raced_another_writes_nothing(cluster: str) -> None:
