@@ -284,7 +284,7 @@ class Dispatcher:
                 message=message.to_wire(),
                 view=offering.view,
                 cluster=offering.info,
-                agent=AgentInfo(id=agent.id, role=agent.role, iteration=turns.runs[agent.id]),
+                agent=AgentInfo(id=agent.id, role=agent.role, iteration=turns.iteration(agent.id)),
             )
             if isinstance(outcome, LogicError):
                 writes.steps.append(

@@ -87,6 +87,16 @@ class Task(models.Model):
             models.Index(fields=["cluster", "-created_at"], name="task_cluster_recent"),
             # Whether a cluster has open tasks at all: what tells a stalled cluster (SPEC §7.3).
             models.Index(fields=["cluster", "state"], name="task_cluster_state"),
+            # The trigger stage's reads stay bounded as a cluster's history grows: an agent's
+            # newest iteration is one seek, and only the tasks that hold an agent busy are in
+            # the partial index its busy counts read (docs/decisions/0261).
+            models.Index(fields=["cluster", "agent_id", "iteration"], name="task_agent_iteration"),
+            models.Index(
+                fields=["cluster", "agent_id"],
+                condition=models.Q(settled_sequence__isnull=True)
+                & ~models.Q(state__in=("cancelled", "dropped")),
+                name="task_unsettled",
+            ),
         )
 
     def __str__(self) -> str:

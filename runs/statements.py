@@ -310,36 +310,42 @@ def runner_count(*, name: str, field: str, now: int) -> None:
 # --- the trigger stage -----------------------------------------------------------------------
 
 
-@cache
-def _turns_sql(vendor: str) -> str:
-    state, settled = _col(Task, "state"), _col(Task, "settled_sequence")
+# A task that holds its agent busy: not settled (its end not yet offered) and neither cancelled
+# nor dropped. Written out, not bound, so that the planners of both databases match the
+# partial index ``task_unsettled`` (same terms) and read only such tasks.
+def _unsettled_where() -> str:
     return (
-        f"SELECT {_col(Task, 'agent_id')}, COUNT(*), "
-        f"SUM(CASE WHEN {settled} IS NULL AND NOT ({state} IN (%s, %s)) THEN 1 ELSE 0 END) "
-        f"FROM {_table(Task)} WHERE {_col(Task, 'cluster')} = %s GROUP BY {_col(Task, 'agent_id')}"
+        f"{_col(Task, 'cluster')} = %s AND {_col(Task, 'settled_sequence')} IS NULL "
+        f"AND NOT ({_col(Task, 'state')} IN ('{_CANCELLED}', '{_DROPPED}'))"
     )
 
 
-def agent_turn_counts(cluster_id: str) -> list[tuple[str, int, int]]:
-    """Per agent of the cluster: its tasks, and those not settled (neither ended for its
-    triggers nor cancelled or dropped)."""
-    params = [_CANCELLED, _DROPPED, cluster_id]
-    return [(a, int(n), int(o or 0)) for a, n, o in _rows(_turns_sql(connection.vendor), params)]
+@cache
+def _iteration_sql(vendor: str) -> str:
+    return (
+        f"SELECT MAX({_col(Task, 'iteration')}) FROM {_table(Task)} "
+        f"WHERE {_col(Task, 'cluster')} = %s AND {_col(Task, 'agent_id')} = %s"
+    )
+
+
+def agent_iteration(*, cluster_id: str, agent_id: str) -> int:
+    """How many tasks the agent has had: its newest task's iteration (``task_queue`` numbers
+    them 1, 2, … and never deletes one), 0 before its first."""
+    rows = _rows(_iteration_sql(connection.vendor), [cluster_id, agent_id])
+    return int(rows[0][0] or 0)
 
 
 @cache
 def _unsettled_sql(vendor: str) -> str:
     return (
         f"SELECT {_col(Task, 'agent_id')}, {_col(Task, 'id')} FROM {_table(Task)} "
-        f"WHERE {_col(Task, 'settled_sequence')} IS NULL AND NOT ({_col(Task, 'state')} IN "
-        f"(%s, %s)) AND {_col(Task, 'cluster')} = %s"
+        f"WHERE {_unsettled_where()}"
     )
 
 
 def unsettled_tasks(cluster_id: str) -> list[tuple[str, str]]:
     """(agent, task id) of the cluster's tasks that hold their agent busy."""
-    params = [_CANCELLED, _DROPPED, cluster_id]
-    return [(str(a), str(i)) for a, i in _rows(_unsettled_sql(connection.vendor), params)]
+    return [(str(a), str(i)) for a, i in _rows(_unsettled_sql(connection.vendor), [cluster_id])]
 
 
 @cache
@@ -386,18 +392,20 @@ def buffer_rows_drop(*, cluster_id: str, ids: Sequence[int]) -> int:
 
 @cache
 def _queued_before_sql(vendor: str) -> str:
-    trigger = _col(Task, "trigger_message_id")
+    t, cluster, agent = _table(Task), _col(Task, "cluster"), _col(Task, "agent_id")
     return (
-        f"SELECT COUNT(*), SUM(CASE WHEN {trigger} = %s THEN 1 ELSE 0 END) FROM {_table(Task)} "
-        f"WHERE {_col(Task, 'agent_id')} = %s AND {_col(Task, 'cluster')} = %s"
+        f"SELECT ({_iteration_sql(vendor)}), EXISTS (SELECT 1 FROM {t} WHERE {cluster} = %s "
+        f"AND {agent} = %s AND {_col(Task, 'trigger_message_id')} = %s)"
     )
 
 
 def agent_tasks_and_trigger(*, cluster_id: str, agent_id: str, message_id: str) -> tuple[int, bool]:
-    """How many tasks the agent has had, and whether ``message_id`` triggered one of them."""
-    rows = _rows(_queued_before_sql(connection.vendor), [message_id, agent_id, cluster_id])
+    """How many tasks the agent has had (as ``agent_iteration``), and whether ``message_id``
+    triggered one of them: two index seeks, however long the agent's history."""
+    params = [cluster_id, agent_id, cluster_id, agent_id, message_id]
+    rows = _rows(_queued_before_sql(connection.vendor), params)
     count, triggered = rows[0]
-    return int(count), bool(triggered)
+    return int(count or 0), bool(triggered)
 
 
 @cache

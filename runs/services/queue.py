@@ -87,43 +87,44 @@ class Buffered:
 class AgentTurns:
     """Where each agent of a cluster stands for its triggers, as of the pipeline's cursor.
 
-    Read once per batch with one grouped query: how many tasks each agent has had
-    (``agent.iteration``) and how many have not ended for its triggers (busy while any). The
-    ids of those tasks, and the messages waiting in the buffers, are read only when a batch
-    needs them (a task's end, a busy agent's trigger): an idle agent's trigger costs one query.
+    Read once per batch with one query: the tasks that hold an agent busy (an index of those
+    alone, so it does not grow with the cluster's history); an agent is busy while any. How
+    many tasks an agent has had (``iteration``, for its trigger logic) and the messages waiting
+    in the buffers are read only when a batch needs them: an idle agent's trigger costs one
+    query.
     """
 
     def __init__(self, *, cluster_id: str) -> None:
         self.cluster_id = cluster_id
-        self.runs: Counter[str] = Counter()
-        self._open: Counter[str] = Counter()
-        for agent_id, runs, open_tasks in statements.agent_turn_counts(cluster_id):
-            self.runs[agent_id] = runs
-            self._open[agent_id] = open_tasks
-        self._open_ids: dict[str, set[str]] | None = None
+        self._open: dict[str, set[str]] = {}  # the busy tasks' ids, per agent
+        for agent, open_id in statements.unsettled_tasks(cluster_id):
+            self._open.setdefault(agent, set()).add(open_id)
+        self._had: dict[str, int] = {}  # tasks before the batch, per agent asked about
+        self._queued: Counter[str] = Counter()  # tasks the batch queues
         self._buffered: dict[str, deque[Buffered]] | None = None
 
     def busy(self, agent_id: str) -> bool:
-        return self._open[agent_id] > 0
+        return bool(self._open.get(agent_id)) or self._queued[agent_id] > 0
+
+    def iteration(self, agent_id: str) -> int:
+        """How many tasks the agent has had, those this batch queues included."""
+        if agent_id not in self._had:
+            self._had[agent_id] = statements.agent_iteration(
+                cluster_id=self.cluster_id, agent_id=agent_id
+            )
+        return self._had[agent_id] + self._queued[agent_id]
 
     def queued(self, agent_id: str) -> None:
         """The batch queues a task for the agent: it is busy, and has one more task."""
-        self._open[agent_id] += 1
-        self.runs[agent_id] += 1
+        self._queued[agent_id] += 1
 
     def settle(self, agent_id: str, task_id: str) -> bool:
-        """The task's end was offered; True when it was one of the agent's open tasks."""
-        if not self._open[agent_id]:
-            return False
-        if self._open_ids is None:
-            self._open_ids = {}
-            for agent, open_id in statements.unsettled_tasks(self.cluster_id):
-                self._open_ids.setdefault(agent, set()).add(open_id)
-        ids = self._open_ids.get(agent_id, set())
+        """The task's end was offered; True when it was one of the agent's open tasks (a task
+        the batch queues cannot end in it: it is not stored yet)."""
+        ids = self._open.get(agent_id, set())
         if task_id not in ids:
             return False
         ids.discard(task_id)
-        self._open[agent_id] -= 1
         return True
 
     def buffered(self, agent_id: str) -> deque[Buffered]:
