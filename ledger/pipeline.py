@@ -37,6 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -266,7 +267,7 @@ class Pipeline:
                     return Turn()  # someone else ran these messages meanwhile
                 for name, planned in writes:
                     try:
-                        with writer.savepoint():
+                        with _isolated(writer, final=final):
                             planned.apply(writer)
                     except Exception as exc:
                         logger.exception(
@@ -454,6 +455,13 @@ def clusters_lagging(limit: int = 100) -> list[str]:
     """Clusters whose cursor is behind their newest message (a missed wake-up, a crash)."""
     lagging = Cluster.objects.filter(pipeline_sequence__lt=F("last_sequence"))
     return list(lagging.values_list("id", flat=True)[:limit])
+
+
+def _isolated(writer: ClusterWriter, *, final: bool) -> AbstractContextManager[None]:
+    """A stage's writes in a savepoint of their own on a step's final attempt, whose failing
+    stage is reported while the others' writes commit. Before it, a failing stage rolls the
+    whole step back to be retried: a savepoint (two statements) would guard nothing."""
+    return writer.savepoint() if final else nullcontext()
 
 
 def _read_batch(cluster_id: str, *, limit: int, narrow_at: int | None = None) -> Batch | None:

@@ -172,6 +172,22 @@ def test_a_run_that_reaches_the_newest_message_reads_the_cluster_once(
     assert len([sql for sql in reads if 'FROM "ledger_cluster"' in sql]) == 1, reads
 
 
+@pytest.mark.parametrize(("attempts", "savepoints"), [(5, 0), (1, 1)])
+def test_a_stages_writes_take_a_savepoint_only_on_the_final_attempt(
+    cluster: str, recorder: Recorder, attempts: int, savepoints: int
+) -> None:
+    # given a PING that no run saw, whose stage writes a PONG
+    with override_settings(PIPELINE_MODE="off"):
+        publish(cluster, "PING")
+    # when the pipeline runs it with attempts left after this one, or with none
+    with override_settings(PIPELINE_ATTEMPTS=attempts), CaptureQueriesContext(connection) as ran:
+        pipeline.run(cluster)
+    # then the PONG was written either way, in a savepoint only when it was the last attempt
+    assert recorder.seen == [(1, "PING"), (2, "PONG")]
+    taken = [q["sql"] for q in ran.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(taken) == savepoints
+
+
 def test_a_run_that_raced_another_writes_nothing(cluster: str) -> None:
     # given a stage that answers PING, and another run that moves the cursor meanwhile
     racer = Pipeline()
