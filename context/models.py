@@ -39,6 +39,12 @@ class ContextBuild(models.Model):
         indexes = (
             models.Index(fields=["cluster", "agent_id", "-started_at"], name="build_agent_recent"),
             models.Index(fields=["cluster", "-started_at"], name="build_cluster_recent"),
+            # The guidance mailbox's cursor (``build_previous``): one seek, not a read of every
+            # build the agent had (docs/decisions/0263).
+            models.Index(
+                fields=["cluster", "agent_id", "guidance_delivered", "guidance_through"],
+                name="build_guidance_delivered",
+            ),
         )
 
     def __str__(self) -> str:
