@@ -14,9 +14,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+import dashboard.consumers
 import dashboard.fragments
 from dashboard.consumers import ClusterFanout, ClusterTimelineConsumer, SharedRenders, fanout
-from dashboard.fragments import push_fragments
+from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import MessageRecord, cluster_group
 from ledger.services import MessageDraft, message_publish, message_publish_batch
 from zeroshot_web.asgi import application
@@ -247,6 +248,113 @@ def test_a_push_to_a_page_not_accepted_yet_is_kept_for_after_its_accept() -> Non
     assert hub.subscribes == 1
 
 
+class RecordingPage(ClusterTimelineConsumer):
+    """An accepted page without a server: the frames pushed to it, and a gate that can hold its
+    writes back (a socket whose write is slow)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.frame_send = self.record
+
+    async def record(self, message: dict[str, Any]) -> None:
+        assert message["type"] == "websocket.send"
+        await self.gate.wait()
+        self.sent.append(message["text"])
+
+
+async def frames_of(page: RecordingPage, rows: int) -> list[str]:
+    """The frames written to ``page`` once they hold ``rows`` rows in all (5 s at most)."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(row_sequences("".join(page.sent))) < rows:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
+    return list(page.sent)
+
+
+def test_pushes_received_within_the_gathering_moment_are_one_frame_per_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pushes that arrive within ``gather_seconds`` of the first go to each page as one frame
+    holding every message's fragments, in order: one frame built, one write per page, and the
+    messages rendered in one worker-thread call."""
+    calls: list[int] = []
+    render_all = dashboard.consumers.render_all
+
+    def counting(wires: list[dict[str, Any]]) -> list[PushFragments]:
+        calls.append(len(wires))
+        return render_all(wires)
+
+    monkeypatch.setattr(dashboard.consumers, "render_all", counting)
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.2  # ample for three sends on a loaded machine
+    group = cluster_group("c-1")
+    pages = [RecordingPage() for _ in range(3)]
+
+    async def scenario() -> list[list[str]]:
+        layer = get_channel_layer()
+        for page in pages:
+            await hub.join(group, page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await layer.group_send(
+            group, {"type": "ledger.messages", "messages": [wire_of(2), wire_of(3)]}
+        )
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(4)})
+        sent = [await frames_of(page, 4) for page in pages]
+        for page in pages:
+            await hub.leave(group, page)
+        return sent
+
+    sent = asyncio.run(scenario())
+
+    assert hub.frames == 1
+    assert calls == [4]
+    assert sent == [sent[0]] * 3
+    assert len(sent[0]) == 1
+    assert row_sequences(sent[0][0]) == ["1", "2", "3", "4"]
+    counts = re.findall(r'id="cluster-count"[^>]*data-sequence="(\d+)"', sent[0][0])
+    assert counts == ["1", "2", "3", "4"]
+
+
+def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None:
+    """Without a gathering moment, what arrives while the pages are still being written to
+    waits and goes to each page as the next frame, all of it, in order; nothing is lost or
+    written twice."""
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.0
+    group = cluster_group("c-1")
+    slow, quick = RecordingPage(), RecordingPage()
+    slow.gate.clear()
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        layer = get_channel_layer()
+        await hub.join(group, slow)
+        await hub.join(group, quick)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        deadline = asyncio.get_running_loop().time() + 5
+        while hub.frames < 1:  # the first frame is being written: the slow page holds it
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.005)
+        for sequence in (2, 3, 4):
+            await layer.group_send(
+                group, {"type": "ledger.message", "message": wire_of(sequence)}
+            )
+        await asyncio.sleep(0.05)  # received meanwhile, and held behind the slow write
+        slow.gate.set()
+        sent = (await frames_of(slow, 4), await frames_of(quick, 4))
+        await hub.leave(group, slow)
+        await hub.leave(group, quick)
+        return sent
+
+    slow_sent, quick_sent = asyncio.run(scenario())
+
+    assert slow_sent == quick_sent
+    assert [row_sequences(frame) for frame in slow_sent] == [["1"], ["2", "3", "4"]]
+    assert hub.frames == 2
+
+
 def test_sockets_asking_at_once_share_the_first_render() -> None:
     renders = SharedRenders()
     wire = wire_of(1)
@@ -353,7 +461,7 @@ def test_pages_with_the_same_filters_have_their_rows_chosen_once(
 
     async def scenario() -> None:
         for event in events:
-            await hub.deliver(pages, event)
+            await hub.deliver(pages, [event])
 
     asyncio.run(scenario())
 
