@@ -678,7 +678,7 @@ def bench_one(
 def summary(figures: dict[str, Any]) -> str:
     parts = []
     for path, row in figures.items():
-        if path in LISTENERS:
+        if path in LISTENERS or path == "push-load":
             parts.append(f"{path} {row['cpu_ms_per_socket_per_message']:.3f} ms/socket/msg")
         elif isinstance(row, dict) and "cpu_ms" in row:
             parts.append(f"{path} {row['cpu_ms']:.2f} ms")

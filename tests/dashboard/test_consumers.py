@@ -338,9 +338,7 @@ def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.005)
         for sequence in (2, 3, 4):
-            await layer.group_send(
-                group, {"type": "ledger.message", "message": wire_of(sequence)}
-            )
+            await layer.group_send(group, {"type": "ledger.message", "message": wire_of(sequence)})
         await asyncio.sleep(0.05)  # received meanwhile, and held behind the slow write
         slow.gate.set()
         sent = (await frames_of(slow, 4), await frames_of(quick, 4))
