@@ -114,6 +114,8 @@ class GroupFanout(Generic[Member]):
         if subscription.members:
             return
         del self._subscriptions[key]
+        if subscription.writer is not None:
+            subscription.writer.cancel()  # nobody is left to write to
         reader, started = subscription.reader, subscription.started
         layer = get_channel_layer()
         if (
@@ -135,9 +137,6 @@ class GroupFanout(Generic[Member]):
         _, pending = await asyncio.wait({reader}, timeout=READER_STOP_SECONDS)
         if pending:
             reader.cancel()
-        if subscription.writer is not None:
-            # Nobody is left to write to.
-            subscription.writer.cancel()
 
     def members(self, group: str) -> list[Member]:
         """The members of ``group`` on the running event loop (for the tests and a debugger)."""

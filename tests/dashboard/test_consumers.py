@@ -353,6 +353,30 @@ def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None
     assert hub.frames == 2
 
 
+def test_the_last_page_leaving_ends_a_gathering_delivery() -> None:
+    """A delivery still gathering when its last page leaves is called off: nothing is rendered
+    or built for nobody, and no task of the hub outlives the subscription."""
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.2
+    group = cluster_group("c-1")
+    page = RecordingPage()
+
+    async def scenario() -> set[asyncio.Task[Any]]:
+        layer = get_channel_layer()
+        await hub.join(group, page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await asyncio.sleep(0.05)  # received, gathering
+        await hub.leave(group, page)
+        await asyncio.sleep(0.3)
+        return asyncio.all_tasks() - {asyncio.current_task()}
+
+    left = asyncio.run(scenario())
+
+    assert left == set()
+    assert page.sent == []
+    assert (hub.renders.renders, hub.frames) == (0, 0)
+
+
 def test_sockets_asking_at_once_share_the_first_render() -> None:
     renders = SharedRenders()
     wire = wire_of(1)
