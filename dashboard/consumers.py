@@ -1,7 +1,8 @@
 """The cluster page's live timeline: each new message pushed as rendered out-of-band fragments.
 
-A push carries the message's timeline row (when the page's filters want it), the header's
-message count and, for a ``STATE_SNAPSHOT``, the snapshot panel (``dashboard.fragments``).
+A push carries each message's timeline row (when the page's filters want it) and, for a
+``STATE_SNAPSHOT``, the snapshot panel, then the header's message count once
+(``dashboard.fragments``).
 ``views.clusters.timeline_missed`` sends the same fragments to a page that reconnects.
 A message is rendered once per process, however many pages show its cluster (``SharedRenders``),
 and received once per process: the pages of a cluster share one channel-layer subscription
@@ -19,7 +20,7 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from dashboard.fragments import PushFragments, push_fragments
+from dashboard.fragments import PushFragments, count_html, push_fragments
 from ledger.interfaces import (
     JSON,
     GroupFanout,
@@ -152,6 +153,9 @@ class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
         if not wires:
             return
         rendered = await self.renders.fragments_of(wires)
+        # The header's count, once a frame: the last message's sequence is the cluster's count.
+        last = wires[-1]
+        count = count_html(str(last["cluster_id"]), int(str(last["sequence"])))
         # Pages with the same filters want the same rows: chosen once per filters, and one
         # ``websocket.send`` per distinct frame, the same object for every page it goes to.
         by_filters: dict[tuple[object, ...], dict[str, Any]] = {}
@@ -167,6 +171,7 @@ class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
                         fragments.html(with_row=row)
                         for fragments, row in zip(rendered, wanted, strict=True)
                     )
+                    frame += count
                     sent = frames[wanted] = {"type": "websocket.send", "text": frame}
                 by_filters[page.filters] = sent
             await page.write(sent)

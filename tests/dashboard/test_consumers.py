@@ -113,8 +113,11 @@ def test_many_pages_on_one_cluster_cost_one_render_per_message(
     assert all(pushes == received[0] for pushes in received[:6])
     assert "&lt;script&gt;" in received[0]
     assert XSS not in received[0]
-    # twelve pages, three messages: three rows and three counts rendered, not one per page
-    assert template_renders == {"timeline-rows": 3, "message-count": 3}
+    # twelve pages, three messages: three rows rendered, not one per page, and the count once
+    # a delivery (the two pushes were gathered into one, or came apart), not once a message
+    assert template_renders["timeline-rows"] == 3
+    assert template_renders["message-count"] in (1, 2)
+    assert set(template_renders) == {"timeline-rows", "message-count"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -315,7 +318,7 @@ def test_pushes_received_within_the_gathering_moment_are_one_frame_per_page(
     assert len(sent[0]) == 1
     assert row_sequences(sent[0][0]) == ["1", "2", "3", "4"]
     counts = re.findall(r'id="cluster-count"[^>]*data-sequence="(\d+)"', sent[0][0])
-    assert counts == ["1", "2", "3", "4"]
+    assert counts == ["4"]  # the header's count once, the last message's
 
 
 def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None:
