@@ -46,9 +46,11 @@ class _Subscription(Generic[Member]):
         self.channel = ""
         self.started: asyncio.Task[None] | None = None
         self.reader: asyncio.Task[None] | None = None
-        # Events received and not yet delivered, and the task delivering them.
+        # Events received and not yet delivered, the task delivering them, and when (loop time)
+        # its last delivery began.
         self.received: list[dict[str, Any]] = []
         self.writer: asyncio.Task[None] | None = None
+        self.delivered_at = float("-inf")
 
 
 def pushed_messages(event: dict[str, Any]) -> list[dict[str, JSON]]:
@@ -65,13 +67,15 @@ class GroupFanout(Generic[Member]):
     members by ``deliver`` (a subclass builds its frames there, once for all of them).
 
     Receiving and delivering are apart: a reader task receives the group's events and a writer
-    task delivers them, all that has been received since its last delivery at once. The writer
-    starts ``gather_seconds`` after the event that wakes it, so that what arrives within that
-    moment, and whatever arrives while it writes, goes in one delivery: a hub whose frames may
-    hold several messages (the cluster pages') writes fewer frames under a burst of publishes.
+    task delivers them, all that has been received since its last delivery at once. Deliveries
+    begin ``gather_seconds`` apart at least: an event after a quiet moment is delivered at once,
+    and what arrives within ``gather_seconds`` of a delivery, or while it is written, goes in the
+    next one. A hub whose frames may hold several messages (the cluster pages') so writes at
+    most one frame per ``gather_seconds`` under a burst of publishes, and no later than before
+    when pushes are rare.
     """
 
-    # How long the writer waits, after an event wakes it, for more to deliver with it.
+    # The least time between the beginnings of two deliveries to a group's members.
     gather_seconds = 0.0
 
     def __init__(self) -> None:
@@ -172,8 +176,12 @@ class GroupFanout(Generic[Member]):
     async def _write(self, subscription: _Subscription[Member]) -> None:
         """Deliver what has been received, in order, until nothing is left; then end (the next
         event starts another writer)."""
-        await asyncio.sleep(self.gather_seconds)
+        loop = asyncio.get_running_loop()
         while subscription.received:
+            wait = subscription.delivered_at + self.gather_seconds - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            subscription.delivered_at = loop.time()
             events, subscription.received = subscription.received, []
             try:
                 await self.deliver(list(subscription.members), events)

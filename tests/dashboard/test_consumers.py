@@ -277,12 +277,13 @@ async def frames_of(page: RecordingPage, rows: int) -> list[str]:
     return list(page.sent)
 
 
-def test_pushes_received_within_the_gathering_moment_are_one_frame_per_page(
+def test_pushes_within_the_gathering_moment_of_a_frame_are_the_next_frame(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Pushes that arrive within ``gather_seconds`` of the first go to each page as one frame
-    holding every message's fragments, in order: one frame built, one write per page, and the
-    messages rendered in one worker-thread call."""
+    """A push after a quiet moment is a frame of its own; the pushes that arrive within
+    ``gather_seconds`` of it go to each page as one frame holding every message's fragments,
+    in order, and the header's count once: one frame built per delivery, one write per page,
+    the new messages rendered in one worker-thread call."""
     calls: list[int] = []
     render_all = dashboard.consumers.render_all
 
@@ -292,7 +293,7 @@ def test_pushes_received_within_the_gathering_moment_are_one_frame_per_page(
 
     monkeypatch.setattr(dashboard.consumers, "render_all", counting)
     hub = ClusterFanout(SharedRenders())
-    hub.gather_seconds = 0.2  # ample for three sends on a loaded machine
+    hub.gather_seconds = 0.5  # ample for three sends on a loaded machine
     group = cluster_group("c-1")
     pages = [RecordingPage() for _ in range(3)]
 
@@ -301,6 +302,7 @@ def test_pushes_received_within_the_gathering_moment_are_one_frame_per_page(
         for page in pages:
             await hub.join(group, page)
         await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await frames_of(pages[0], 1)
         await layer.group_send(
             group, {"type": "ledger.messages", "messages": [wire_of(2), wire_of(3)]}
         )
@@ -312,13 +314,40 @@ def test_pushes_received_within_the_gathering_moment_are_one_frame_per_page(
 
     sent = asyncio.run(scenario())
 
-    assert hub.frames == 1
-    assert calls == [4]
+    assert hub.frames == 2
+    assert calls == [1, 3]
     assert sent == [sent[0]] * 3
-    assert len(sent[0]) == 1
-    assert row_sequences(sent[0][0]) == ["1", "2", "3", "4"]
-    counts = re.findall(r'id="cluster-count"[^>]*data-sequence="(\d+)"', sent[0][0])
+    assert [row_sequences(frame) for frame in sent[0]] == [["1"], ["2", "3", "4"]]
+    counts = re.findall(r'id="cluster-count"[^>]*data-sequence="(\d+)"', sent[0][1])
     assert counts == ["4"]  # the header's count once, the last message's
+
+
+def test_a_push_after_a_quiet_moment_is_not_held_and_the_last_page_calls_off_the_next() -> None:
+    """However long the gathering moment, a push after a quiet one is written at once; the
+    push after it waits for the moment to pass, and is called off when the last page leaves
+    meanwhile: nothing is rendered or built for nobody, and no task of the hub outlives the
+    subscription."""
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 60.0
+    group = cluster_group("c-1")
+    page = RecordingPage()
+
+    async def scenario() -> set[asyncio.Task[Any]]:
+        layer = get_channel_layer()
+        await hub.join(group, page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await frames_of(page, 1)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(2)})
+        await asyncio.sleep(0.2)  # received, waiting for the moment to pass
+        await hub.leave(group, page)
+        await asyncio.sleep(0.1)
+        return asyncio.all_tasks() - {asyncio.current_task()}
+
+    left = asyncio.run(scenario())
+
+    assert left == set()
+    assert [row_sequences(frame) for frame in page.sent] == [["1"]]
+    assert (hub.renders.renders, hub.frames) == (1, 1)
 
 
 def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None:
@@ -354,30 +383,6 @@ def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None
     assert slow_sent == quick_sent
     assert [row_sequences(frame) for frame in slow_sent] == [["1"], ["2", "3", "4"]]
     assert hub.frames == 2
-
-
-def test_the_last_page_leaving_ends_a_gathering_delivery() -> None:
-    """A delivery still gathering when its last page leaves is called off: nothing is rendered
-    or built for nobody, and no task of the hub outlives the subscription."""
-    hub = ClusterFanout(SharedRenders())
-    hub.gather_seconds = 0.2
-    group = cluster_group("c-1")
-    page = RecordingPage()
-
-    async def scenario() -> set[asyncio.Task[Any]]:
-        layer = get_channel_layer()
-        await hub.join(group, page)
-        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
-        await asyncio.sleep(0.05)  # received, gathering
-        await hub.leave(group, page)
-        await asyncio.sleep(0.3)
-        return asyncio.all_tasks() - {asyncio.current_task()}
-
-    left = asyncio.run(scenario())
-
-    assert left == set()
-    assert page.sent == []
-    assert (hub.renders.renders, hub.frames) == (0, 0)
 
 
 def test_sockets_asking_at_once_share_the_first_render() -> None:
