@@ -23,7 +23,9 @@ hook and publishes its batch), ``page`` (the cluster page of a cluster of 150 me
 rows, signed in), ``push`` (``--sockets`` cluster pages listening while one agent publishes:
 the extra server CPU over the same publishes with no page open, per message and per socket;
 the pages are opened before the CPU window and closed after it, their handshakes and closes
-measured apart), ``agents`` (the same with agents' streams).
+measured apart), ``push-load`` (8 clients publishing single messages with ``--sockets`` cluster
+pages open and with none: the rate's ratio, the extra CPU per socket per message and the frames
+a page got per message), ``agents`` (the same as ``push`` with agents' streams).
 
 Then, unless ``--no-profile``, each path runs again against a server started under
 ``bench/profiled_server.py`` (cProfile in every thread), and the top costs by own time are
@@ -58,8 +60,18 @@ import perf_http as ph  # a sibling script: the server subprocess, the loads, th
 
 ROOT = ph.ROOT
 RESULTS = ROOT / "bench" / "results"
-PATHS = ("publish", "batch", "tasks", "page", "page-agents", "push", "agents")
-ROWS = ("publish", "batch", "claim", "complete", "page", "page-agents", "push", "agents")
+PATHS = ("publish", "batch", "tasks", "page", "page-agents", "push", "push-load", "agents")
+ROWS = (
+    "publish",
+    "batch",
+    "claim",
+    "complete",
+    "page",
+    "page-agents",
+    "push",
+    "push-load",
+    "agents",
+)
 # What listens in the push paths: the cluster pages, or the agents' streams of the messages.
 LISTENERS = {"push": "pages", "agents": "agent streams"}
 AGENTS = 64  # an agent holds one task at a time: 64 claims, then 64 completions
@@ -436,6 +448,58 @@ def push_figures(
     }
 
 
+def push_load_figures(
+    server: BenchServer, sockets: int, publishes: int, seed: int
+) -> dict[str, Any]:
+    """8 clients publishing single messages at once with ``sockets`` cluster pages open and with
+    none: the publishing rate with pages over the rate without, the server CPU per message, and
+    the frames a page got per message (pushes gathered into fewer frames show there)."""
+    rows: dict[str, Any] = {}
+    for open_pages in (0, sockets):
+        listeners: ph.Listeners | None = None
+        if open_pages:
+            settle(server)
+            listeners = ph.Listeners(server, "c-push", open_pages).__enter__()
+        load = ph.Load(
+            clients=8,
+            requests=publishes,
+            batch=1,
+            trigger_share=0.0,
+            trigger_topic=ph.PLAIN_TOPIC,
+        )
+        box: dict[str, Any] = {}
+
+        def run(load: ph.Load = load, box: dict[str, Any] = box) -> int:
+            box.update(ph.http_publish(server, "c-push", load, seed=seed))
+            return int(box["requests"])
+
+        try:
+            figures = measured(server, run)
+            if listeners is not None:
+                if listeners.failure is not None:
+                    raise RuntimeError(f"page socket failed: {listeners.failure!r}")
+                # The two warm-up publishes of each client are pushed too.
+                pushed = figures["requests"] + 2 * load.clients
+                figures["frames_per_message"] = listeners.frames / open_pages / pushed
+        finally:
+            if listeners is not None:
+                listeners.__exit__(None, None, None)
+                settle(server)
+        rows[str(open_pages)] = {**figures, "msg_s": box["msg_s"]}
+    without, with_pages = rows["0"], rows[str(sockets)]
+    return {
+        "sockets": sockets,
+        "cpu_ms_per_message_no_pages": without["cpu_ms"],
+        "cpu_ms_per_message_with_pages": with_pages["cpu_ms"],
+        "cpu_ms_per_socket_per_message": (with_pages["cpu_ms"] - without["cpu_ms"]) / sockets,
+        "msg_s_ratio": with_pages["msg_s"] / without["msg_s"],
+        "msg_s_no_pages": without["msg_s"],
+        "msg_s_with_pages": with_pages["msg_s"],
+        "frames_per_message": with_pages["frames_per_message"],
+        "rows": rows,
+    }
+
+
 # --- one server, every path -------------------------------------------------------------------
 
 
@@ -479,6 +543,8 @@ def run_paths(
             out[path] = measured(server, page_load(server, args.pages))
         elif path == "page-agents":
             out[path] = measured(server, page_load(server, args.pages, "c-page-agents"))
+        elif path == "push-load":
+            out[path] = push_load_figures(server, args.sockets, args.publishes, seed)
         elif path in LISTENERS:
             out[path] = push_figures(
                 server, args.sockets, args.push_messages, seed, agents=path == "agents"
@@ -612,7 +678,7 @@ def bench_one(
 def summary(figures: dict[str, Any]) -> str:
     parts = []
     for path, row in figures.items():
-        if path in LISTENERS:
+        if path in LISTENERS or path == "push-load":
             parts.append(f"{path} {row['cpu_ms_per_socket_per_message']:.3f} ms/socket/msg")
         elif isinstance(row, dict) and "cpu_ms" in row:
             parts.append(f"{path} {row['cpu_ms']:.2f} ms")
@@ -643,6 +709,20 @@ def table(results: dict[str, Any]) -> list[str]:
         for path in ROWS:
             rows = [r[path] for r in rounds if path in r]
             if not rows:
+                continue
+            if path == "push-load":
+                cpu = fmt([r["cpu_ms_per_socket_per_message"] for r in rows], 3)
+                thr = fmt([r["msg_s_ratio"] for r in rows], 2) + "x of none open"
+                note = (
+                    f"{rows[0]['sockets']} pages, 8 clients publishing; "
+                    f"{fmt([r['msg_s_with_pages'] for r in rows], 0)} msg/s with, "
+                    f"{fmt([r['msg_s_no_pages'] for r in rows], 0)} without; per message "
+                    f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
+                    f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
+                    f"frames per page per message {fmt([r['frames_per_message'] for r in rows])}"
+                )
+                what = f"{path}, per socket per message"
+                lines.append(f"| {kind} | {db} | {what} | {cpu} | {thr} | {note} |")
                 continue
             if path in LISTENERS:
                 cpu = fmt([r["cpu_ms_per_socket_per_message"] for r in rows], 3)

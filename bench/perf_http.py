@@ -348,6 +348,7 @@ class Listeners:
         self.path = f"/ws/clusters/{cluster_id}/" + ("" if agents else "timeline/")
         self.count = count
         self.received: dict[int, list[float]] = {}
+        self.frames = 0  # frames received, on all the sockets
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -387,6 +388,7 @@ class Listeners:
                 now = time.perf_counter()
                 found = {int(m.group(1)) for m in MARKER.finditer(payload)}  # once per frame
                 with self.lock:
+                    self.frames += 1
                     for marker in found:
                         self.received.setdefault(marker, []).append(now)
         except asyncio.CancelledError:

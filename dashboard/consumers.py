@@ -1,7 +1,8 @@
 """The cluster page's live timeline: each new message pushed as rendered out-of-band fragments.
 
-A push carries the message's timeline row (when the page's filters want it), the header's
-message count and, for a ``STATE_SNAPSHOT``, the snapshot panel (``dashboard.fragments``).
+A push carries each message's timeline row (when the page's filters want it) and, for a
+``STATE_SNAPSHOT``, the snapshot panel, then the header's message count once
+(``dashboard.fragments``).
 ``views.clusters.timeline_missed`` sends the same fragments to a page that reconnects.
 A message is rendered once per process, however many pages show its cluster (``SharedRenders``),
 and received once per process: the pages of a cluster share one channel-layer subscription
@@ -19,7 +20,7 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from dashboard.fragments import PushFragments, push_fragments
+from dashboard.fragments import PushFragments, count_html, push_fragments
 from ledger.interfaces import (
     JSON,
     GroupFanout,
@@ -38,51 +39,76 @@ logger = logging.getLogger(__name__)
 _Key = tuple[str, str, str]
 
 
+def render_all(wires: list[dict[str, JSON]]) -> list[PushFragments]:
+    """The fragments of each message (wire shapes), rendered in the calling thread."""
+    return [push_fragments(MessageRecord.from_wire(wire)) for wire in wires]
+
+
 class SharedRenders:
     """Each pushed message rendered once per process, however many sockets show its cluster.
 
-    Every socket in a cluster's group receives every push. The first socket to handle one starts
-    its render (in a worker thread: templates are synchronous); sockets that handle it meanwhile
-    await that same render, and later ones find it among the recent renders. Each socket's
-    filters then only choose between ready strings. Recent renders are kept up to ``keep``
-    messages and ``keep_chars`` characters, ample for every socket of the process to handle a
-    push (or a coalesced run of them) first; a socket that falls further behind renders again.
-    Renders belong to the event loop that started them (one per server process).
+    The messages of a delivery that have not been rendered yet are rendered together, in one
+    worker thread (templates are synchronous): one thread hop per delivery, not per message.
+    Sockets that ask for them meanwhile await that same render, and later ones find them among
+    the recent renders. Each socket's filters then only choose between ready strings. Recent
+    renders are kept up to ``keep`` messages and ``keep_chars`` characters, ample for every
+    socket of the process to handle a push (or a gathered run of them) first; a socket that
+    falls further behind renders again. Renders belong to the event loop that started them
+    (one per server process).
     """
 
     def __init__(self, *, keep: int = 256, keep_chars: int = 8_000_000) -> None:
         self.keep = keep
         self.keep_chars = keep_chars
-        self.renders = 0  # renders started, for the tests and a debugger
+        self.renders = 0  # messages rendered, for the tests and a debugger
         self._recent: OrderedDict[_Key, PushFragments] = OrderedDict()
         self._recent_chars = 0
-        self._pending: dict[_Key, asyncio.Task[PushFragments]] = {}
+        self._pending: dict[_Key, asyncio.Task[dict[_Key, PushFragments]]] = {}
 
     async def fragments(self, wire: dict[str, JSON]) -> PushFragments:
         """The rendered fragments of the message whose wire shape is ``wire``."""
-        key = (str(wire["cluster_id"]), str(wire["sequence"]), str(wire["id"]))
-        done = self._recent.get(key)
-        if done is not None:
-            return done
-        loop = asyncio.get_running_loop()
-        pending = self._pending.get(key)
-        if pending is None or pending.get_loop() is not loop:
-            pending = loop.create_task(self._render(key, wire))
-            self._pending[key] = pending
-        # Shielded: a socket that closes while it waits must not cancel the others' render.
-        return await asyncio.shield(pending)
+        return (await self.fragments_of([wire]))[0]
 
-    async def _render(self, key: _Key, wire: dict[str, JSON]) -> PushFragments:
-        self.renders += 1
+    async def fragments_of(self, wires: list[dict[str, JSON]]) -> list[PushFragments]:
+        """The rendered fragments of each message (wire shapes), in order."""
+        loop = asyncio.get_running_loop()
+        found: list[PushFragments | asyncio.Task[dict[_Key, PushFragments]]] = []
+        keys = [(str(w["cluster_id"]), str(w["sequence"]), str(w["id"])) for w in wires]
+        missing: dict[_Key, dict[str, JSON]] = {}
+        for key, wire in zip(keys, wires, strict=True):
+            pending = self._pending.get(key)
+            if key not in self._recent and (pending is None or pending.get_loop() is not loop):
+                missing[key] = wire
+        if missing:
+            started = loop.create_task(self._render(missing))
+            for key in missing:
+                self._pending[key] = started
+        for key in keys:
+            done = self._recent.get(key)
+            found.append(done if done is not None else self._pending[key])
+        rendered = []
+        for key, item in zip(keys, found, strict=True):
+            if isinstance(item, PushFragments):
+                rendered.append(item)
+            else:
+                # Shielded: a socket that closes while it waits must not cancel the others'.
+                rendered.append((await asyncio.shield(item))[key])
+        return rendered
+
+    async def _render(self, wanted: dict[_Key, dict[str, JSON]]) -> dict[_Key, PushFragments]:
+        self.renders += len(wanted)
         try:
-            fragments = await sync_to_async(push_fragments, thread_sensitive=False)(
-                MessageRecord.from_wire(wire)
+            fragments = await sync_to_async(render_all, thread_sensitive=False)(
+                list(wanted.values())
             )
         finally:
-            if self._pending.get(key) is asyncio.current_task():
-                del self._pending[key]
-        self._remember(key, fragments)
-        return fragments
+            for key in wanted:
+                if self._pending.get(key) is asyncio.current_task():
+                    del self._pending[key]
+        rendered = dict(zip(wanted, fragments, strict=True))
+        for key, one in rendered.items():
+            self._remember(key, one)
+        return rendered
 
     def _remember(self, key: _Key, fragments: PushFragments) -> None:
         if key in self._recent:
@@ -103,21 +129,35 @@ class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
     """One channel-layer subscription per cluster per process, its pushes written to each page.
 
     The subscription is ``GroupFanout``'s (the first page of a cluster subscribes the process,
-    the last one unsubscribes it). Each received push is rendered once (``SharedRenders``) and
-    its frame built once per distinct choice of rows the pages' filters make (one, when the
-    pages show the same rows), then written to every page in the order the pushes came.
+    the last one unsubscribes it). A push after a quiet moment is written at once; the pushes
+    that arrive within ``gather_seconds`` of a frame, or while it is being written, go to each
+    page as the next frame, one holding all of their fragments in order (htmx swaps any number
+    of out-of-band fragments from one frame): under a burst of publishes a page gets at most one
+    frame per ``gather_seconds``, far fewer than messages, and a frame's write is most of what a
+    page costs per push (docs/decisions/0275). Each message is rendered once
+    (``SharedRenders``) and each frame built once per distinct choice of rows the pages'
+    filters make (one, when the pages show the same rows).
     """
+
+    # At most 50 frames a second to a page: 200 pages cost a few percent of a core however fast
+    # messages come, and a push waits 20 ms at most, well within its p50 budget of 50 ms.
+    gather_seconds = 0.02
 
     def __init__(self, renders: SharedRenders) -> None:
         super().__init__()
         self.renders = renders
         self.frames = 0  # frames built
 
-    async def deliver(self, members: list[ClusterTimelineConsumer], event: dict[str, Any]) -> None:
-        wires = pushed_messages(event)
+    async def deliver(
+        self, members: list[ClusterTimelineConsumer], events: list[dict[str, Any]]
+    ) -> None:
+        wires = [wire for event in events for wire in pushed_messages(event)]
         if not wires:
             return
-        rendered = [await self.renders.fragments(wire) for wire in wires]
+        rendered = await self.renders.fragments_of(wires)
+        # The header's count, once a frame: the last message's sequence is the cluster's count.
+        last = wires[-1]
+        count = count_html(str(last["cluster_id"]), int(str(last["sequence"])))
         # Pages with the same filters want the same rows: chosen once per filters, and one
         # ``websocket.send`` per distinct frame, the same object for every page it goes to.
         by_filters: dict[tuple[object, ...], dict[str, Any]] = {}
@@ -133,6 +173,7 @@ class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
                         fragments.html(with_row=row)
                         for fragments, row in zip(rendered, wanted, strict=True)
                     )
+                    frame += count
                     sent = frames[wanted] = {"type": "websocket.send", "text": frame}
                 by_filters[page.filters] = sent
             await page.write(sent)

@@ -39,8 +39,9 @@ def snapshot_html(snapshot: MessageRecord) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PushFragments:
-    """What one new message changes on a page: its row, and what changes whatever the filters
-    (the header's count; the snapshot panel for a ``STATE_SNAPSHOT``)."""
+    """What one new message adds to a page: its row, and for a ``STATE_SNAPSHOT`` the snapshot
+    panel (``rest``, empty for any other topic). The header's count is not a message's: a push
+    writes it once, for the last message it carries (``count_html``)."""
 
     row: str
     rest: str
@@ -51,8 +52,6 @@ class PushFragments:
 
 
 def push_fragments(message: MessageRecord) -> PushFragments:
-    """Everything one new message changes on the page, rendered."""
-    rest = [count_html(message.cluster_id, message.sequence)]
-    if message.topic == SNAPSHOT_TOPIC:
-        rest.append(snapshot_html(message))
-    return PushFragments(row=timeline_rows_html([message]), rest="".join(rest))
+    """The row of one new message and, for a snapshot, its panel, rendered."""
+    rest = snapshot_html(message) if message.topic == SNAPSHOT_TOPIC else ""
+    return PushFragments(row=timeline_rows_html([message]), rest=rest)

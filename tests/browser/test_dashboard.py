@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 from io import StringIO
@@ -163,3 +164,57 @@ def test_agent_text_renders_as_text_and_never_runs(
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert page.locator("#timeline img").count() == 0
     screenshot(page, "dashboard-xss-escaped")
+
+
+def test_a_burst_of_messages_reaches_open_pages_whole_in_order_and_escaped(
+    signed_in_page: Any, live_url: str, screenshot: Any
+) -> None:
+    """Pushes that arrive close together reach a page in few frames, several messages each:
+    every row shows once, newest first, the count ends at the last message, agent text stays
+    text, and a page filtered by sender grows by its sender's rows only."""
+    cluster_create(cluster_id="burst-1", config={"agents": AGENTS})
+    page = signed_in_page
+    filtered = page.context.new_page()
+    frames: list[str | bytes] = []
+
+    def note_frames(socket: Any) -> None:
+        socket.on("framereceived", lambda payload: frames.append(payload))
+
+    page.on("websocket", note_frames)
+    page.goto("/clusters/burst-1/")
+    filtered.goto("/clusters/burst-1/?sender=w1")
+    for shown in (page, filtered):
+        expect(shown.locator("[data-live-status]")).to_have_attribute("data-state", "open")
+
+    def publish_many(n: int) -> None:
+        for i in range(6):
+            body = {
+                "topic": "AGENT_OUTPUT",
+                "sender": f"w{n}",
+                "content": {"text": f"{n}-{i} {XSS}"},
+            }
+            publish_over_http(live_url, "burst-1", body)
+
+    threads = [threading.Thread(target=publish_many, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    expect(page.locator("#cluster-count")).to_have_text("24 messages")
+    rows = page.locator("#timeline-rows li.msg")
+    expect(rows).to_have_count(24)
+    sequences = [int(s) for s in rows.evaluate_all("rs => rs.map(r => r.dataset.sequence)")]
+    assert sequences == list(range(24, 0, -1))
+    texts = page.locator("#timeline-rows .msg-line").all_inner_texts()
+    assert sorted(texts) == sorted(f"{n}-{i} {XSS}" for n in range(4) for i in range(6))
+    expect(filtered.locator("#cluster-count")).to_have_text("24 messages")
+    expect(filtered.locator("#timeline-rows li.msg")).to_have_count(6)
+    only = filtered.locator("#timeline-rows .msg-line").all_inner_texts()
+    assert sorted(only) == sorted(f"1-{i} {XSS}" for i in range(6))
+    assert len(frames) <= 24
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.locator("#timeline img").count() == 0
+    screenshot(page, "dashboard-burst-rows", full_page=False)
+    assert page.console_errors == []
+    filtered.close()

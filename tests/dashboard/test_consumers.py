@@ -14,9 +14,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+import dashboard.consumers
 import dashboard.fragments
 from dashboard.consumers import ClusterFanout, ClusterTimelineConsumer, SharedRenders, fanout
-from dashboard.fragments import push_fragments
+from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import MessageRecord, cluster_group
 from ledger.services import MessageDraft, message_publish, message_publish_batch
 from zeroshot_web.asgi import application
@@ -112,8 +113,11 @@ def test_many_pages_on_one_cluster_cost_one_render_per_message(
     assert all(pushes == received[0] for pushes in received[:6])
     assert "&lt;script&gt;" in received[0]
     assert XSS not in received[0]
-    # twelve pages, three messages: three rows and three counts rendered, not one per page
-    assert template_renders == {"timeline-rows": 3, "message-count": 3}
+    # twelve pages, three messages: three rows rendered, not one per page, and the count once
+    # a delivery (the two pushes were gathered into one, or came apart), not once a message
+    assert template_renders["timeline-rows"] == 3
+    assert template_renders["message-count"] in (1, 2)
+    assert set(template_renders) == {"timeline-rows", "message-count"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -247,6 +251,140 @@ def test_a_push_to_a_page_not_accepted_yet_is_kept_for_after_its_accept() -> Non
     assert hub.subscribes == 1
 
 
+class RecordingPage(ClusterTimelineConsumer):
+    """An accepted page without a server: the frames pushed to it, and a gate that can hold its
+    writes back (a socket whose write is slow)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.frame_send = self.record
+
+    async def record(self, message: dict[str, Any]) -> None:
+        assert message["type"] == "websocket.send"
+        await self.gate.wait()
+        self.sent.append(message["text"])
+
+
+async def frames_of(page: RecordingPage, rows: int) -> list[str]:
+    """The frames written to ``page`` once they hold ``rows`` rows in all (5 s at most)."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(row_sequences("".join(page.sent))) < rows:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
+    return list(page.sent)
+
+
+def test_pushes_within_the_gathering_moment_of_a_frame_are_the_next_frame(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A push after a quiet moment is a frame of its own; the pushes that arrive within
+    ``gather_seconds`` of it go to each page as one frame holding every message's fragments,
+    in order, and the header's count once: one frame built per delivery, one write per page,
+    the new messages rendered in one worker-thread call."""
+    calls: list[int] = []
+    render_all = dashboard.consumers.render_all
+
+    def counting(wires: list[dict[str, Any]]) -> list[PushFragments]:
+        calls.append(len(wires))
+        return render_all(wires)
+
+    monkeypatch.setattr(dashboard.consumers, "render_all", counting)
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.5  # ample for three sends on a loaded machine
+    group = cluster_group("c-1")
+    pages = [RecordingPage() for _ in range(3)]
+
+    async def scenario() -> list[list[str]]:
+        layer = get_channel_layer()
+        for page in pages:
+            await hub.join(group, page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await frames_of(pages[0], 1)
+        await layer.group_send(
+            group, {"type": "ledger.messages", "messages": [wire_of(2), wire_of(3)]}
+        )
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(4)})
+        sent = [await frames_of(page, 4) for page in pages]
+        for page in pages:
+            await hub.leave(group, page)
+        return sent
+
+    sent = asyncio.run(scenario())
+
+    assert hub.frames == 2
+    assert calls == [1, 3]
+    assert sent == [sent[0]] * 3
+    assert [row_sequences(frame) for frame in sent[0]] == [["1"], ["2", "3", "4"]]
+    counts = re.findall(r'id="cluster-count"[^>]*data-sequence="(\d+)"', sent[0][1])
+    assert counts == ["4"]  # the header's count once, the last message's
+
+
+def test_a_push_after_a_quiet_moment_is_not_held_and_the_last_page_calls_off_the_next() -> None:
+    """However long the gathering moment, a push after a quiet one is written at once; the
+    push after it waits for the moment to pass, and is called off when the last page leaves
+    meanwhile: nothing is rendered or built for nobody, and no task of the hub outlives the
+    subscription."""
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 60.0
+    group = cluster_group("c-1")
+    page = RecordingPage()
+
+    async def scenario() -> set[asyncio.Task[Any]]:
+        layer = get_channel_layer()
+        await hub.join(group, page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await frames_of(page, 1)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(2)})
+        await asyncio.sleep(0.2)  # received, waiting for the moment to pass
+        await hub.leave(group, page)
+        await asyncio.sleep(0.1)
+        return asyncio.all_tasks() - {asyncio.current_task()}
+
+    left = asyncio.run(scenario())
+
+    assert left == set()
+    assert [row_sequences(frame) for frame in page.sent] == [["1"]]
+    assert (hub.renders.renders, hub.frames) == (1, 1)
+
+
+def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None:
+    """Without a gathering moment, what arrives while the pages are still being written to
+    waits and goes to each page as the next frame, all of it, in order; nothing is lost or
+    written twice."""
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.0
+    group = cluster_group("c-1")
+    slow, quick = RecordingPage(), RecordingPage()
+    slow.gate.clear()
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        layer = get_channel_layer()
+        await hub.join(group, slow)
+        await hub.join(group, quick)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        deadline = asyncio.get_running_loop().time() + 5
+        while hub.frames < 1:  # the first frame is being written: the slow page holds it
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.005)
+        for sequence in (2, 3, 4):
+            await layer.group_send(group, {"type": "ledger.message", "message": wire_of(sequence)})
+        await asyncio.sleep(0.05)  # received meanwhile, and held behind the slow write
+        slow.gate.set()
+        sent = (await frames_of(slow, 4), await frames_of(quick, 4))
+        await hub.leave(group, slow)
+        await hub.leave(group, quick)
+        return sent
+
+    slow_sent, quick_sent = asyncio.run(scenario())
+
+    assert slow_sent == quick_sent
+    assert [row_sequences(frame) for frame in slow_sent] == [["1"], ["2", "3", "4"]]
+    assert hub.frames == 2
+
+
 def test_sockets_asking_at_once_share_the_first_render() -> None:
     renders = SharedRenders()
     wire = wire_of(1)
@@ -353,7 +491,7 @@ def test_pages_with_the_same_filters_have_their_rows_chosen_once(
 
     async def scenario() -> None:
         for event in events:
-            await hub.deliver(pages, event)
+            await hub.deliver(pages, [event])
 
     asyncio.run(scenario())
 

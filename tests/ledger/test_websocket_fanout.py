@@ -234,7 +234,8 @@ def test_pushed_frames_go_through_the_server_s_send_past_the_wrappers_below_it(
 
 def test_a_pushed_message_is_one_send_for_every_stream() -> None:
     """Each message of a push becomes one frame and one ``websocket.send``, the same object
-    for every socket, in order; nothing is built per socket."""
+    for every socket, in order, however many pushes are delivered together (SPEC §6.3);
+    nothing is built per socket."""
     hub = MessageFanout()
 
     class Sink:
@@ -248,8 +249,13 @@ def test_a_pushed_message_is_one_send_for_every_stream() -> None:
     wires = [{"id": f"msg_{n}", "sequence": n, "topic": "T"} for n in (1, 2, 3)]
 
     async def scenario() -> None:
-        await hub.deliver(list(sinks), {"type": "ledger.message", "message": wires[0]})
-        await hub.deliver(list(sinks), {"type": "ledger.messages", "messages": wires[1:]})
+        await hub.deliver(
+            list(sinks),
+            [
+                {"type": "ledger.message", "message": wires[0]},
+                {"type": "ledger.messages", "messages": wires[1:]},
+            ],
+        )
 
     asyncio.run(scenario())
 
