@@ -706,6 +706,42 @@ def cluster_row_claim(
     )
 
 
+@contextmanager
+def autocommit_cursor() -> Iterator[WriteCursor | None]:
+    """PostgreSQL outside any transaction, autocommit on: a cursor on which each statement is
+    a durable transaction of its own (the driver's, or Django's while it watches statements).
+    ``None`` elsewhere: SQLite (no statement there writes two tables), a caller's transaction,
+    autocommit off."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or db.in_atomic_block or not db.get_autocommit():
+        yield None
+        return
+    with _current_cursor() as cursor:
+        yield cursor
+
+
+def cluster_claim_insert(
+    row: Sequence[Any], *, floor: int, cursor: WriteCursor
+) -> tuple[int, int] | None:
+    """Move the cluster's row past one new message, stamped no earlier than ``floor`` and
+    after the row's clock, and insert that message at the sequence and time the move gave it,
+    in one statement (an ``UPDATE … RETURNING`` in a ``WITH``, PostgreSQL): on an
+    ``autocommit_cursor`` it is its own transaction, one round trip where ``BEGIN``, the claim,
+    the ``INSERT`` and ``COMMIT`` took four (docs/decisions/0265). ``row`` is the message in
+    ``MESSAGE_COLUMNS`` order (its cluster first); its sequence and timestamp are left out for
+    the claim's. Returns the message's (sequence, timestamp), or ``None`` when the cluster
+    does not exist (then nothing is written)."""
+    sql, defaults = _claim_insert_sql(cursor.vendor)
+    values = [v for name, v in zip(MESSAGE_COLUMNS, row, strict=True) if name not in _CLAIMED]
+    cursor.execute(sql, [floor, row[0], *values, *defaults])
+    found = cursor.fetchone()
+    return None if found is None else (found[0], found[1])
+
+
+# The message columns ``cluster_claim_insert`` takes from the claimed row, not from its caller.
+_CLAIMED = {"sequence": "last_sequence", "timestamp": "last_timestamp"}
+
+
 def claimable(cursor: WriteCursor) -> bool:
     """Whether ``cluster_row_claim`` can run here (SQLite from 3.35 and PostgreSQL can)."""
     return bool(cursor.features.can_return_columns_from_insert)
@@ -813,6 +849,28 @@ def _claim_sql(vendor: str) -> str:
         f"{clock} = {later}({clock} + %s, %s) "
         f"WHERE {_column(Cluster, 'id')} = %s RETURNING {returned}"
     )
+
+
+@cache
+def _claim_insert_sql(vendor: str) -> tuple[str, tuple[Any, ...]]:
+    """``cluster_claim_insert``'s statement for one message, and the other columns' defaults
+    (its last parameters, as ``_insert_sql``'s)."""
+    quote = connection.ops.quote_name
+    sequence, clock = _column(Cluster, "last_sequence"), _column(Cluster, "last_timestamp")
+    columns, _ = _insert_fields(MESSAGE_COLUMNS)
+    _, defaults = _insert_sql(vendor, MESSAGE_COLUMNS, False)
+    selected = ", ".join(
+        f"claim.{_column(Cluster, _CLAIMED[f.attname])}" if f.attname in _CLAIMED else "%s"
+        for f in columns
+    )
+    return (
+        f"WITH claim AS (UPDATE {quote(Cluster._meta.db_table)} SET {sequence} = {sequence} + 1, "
+        f"{clock} = GREATEST({clock} + 1, %s) WHERE {_column(Cluster, 'id')} = %s "
+        f"RETURNING {sequence}, {clock}) "
+        f"INSERT INTO {quote(Message._meta.db_table)} "
+        f"({', '.join(quote(f.column) for f in columns)}) SELECT {selected} FROM claim "
+        f"RETURNING {_column(Message, 'sequence')}, {_column(Message, 'timestamp')}"
+    ), defaults
 
 
 @cache

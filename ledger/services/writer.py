@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -37,7 +37,9 @@ from ledger.services.imported_rows import (
 from ledger.statements import (
     ClusterRow,
     WriteCursor,
+    autocommit_cursor,
     claimable,
+    cluster_claim_insert,
     cluster_row_claim,
     cluster_row_lock,
     cluster_row_update,
@@ -83,6 +85,12 @@ def cluster_append(
     The same lock, statements, durability and delivery after the commit, in commit order;
     inside a caller's transaction it is ``cluster_transaction`` itself."""
     with bus.ordered_commit(cluster_id):
+        if _one_statement(drafts):
+            with autocommit_cursor() as alone:
+                if alone is not None:
+                    records = [_publish_alone(cluster_id, drafts[0], now=now, cursor=alone)]
+                    bus.deliver_committed(records)
+                    return records
         with driver_transaction() as cursor:
             if cursor is None:
                 with cluster_transaction(cluster_id) as nested:
@@ -114,6 +122,48 @@ def cluster_append(
         # Committed: handed to the bus as ``transaction.on_commit`` would, under the same lock.
         bus.deliver_committed(writer.committed)
     return records
+
+
+def _one_statement(drafts: Sequence[MessageDraft]) -> bool:
+    """Whether ``drafts`` can be published by ``cluster_claim_insert`` alone: one new message
+    (no idempotency key to look up, no id of the publisher's to check first) that leaves the
+    cluster's state as it is (no ending topic)."""
+    if len(drafts) != 1:
+        return False
+    draft = drafts[0]
+    return draft.id is None and draft.idempotency_key is None and draft.topic not in STATE_BY_TOPIC
+
+
+def _publish_alone(
+    cluster_id: str, draft: MessageDraft, *, now: int, cursor: WriteCursor
+) -> MessageRecord:
+    """Store one new message (``_one_statement``) by one statement outside any transaction:
+    the claim of its place and its row commit together, in one round trip (docs/decisions/0265).
+    The message is the one ``ClusterWriter.append`` would store: numbered after the cluster's
+    newest and stamped no earlier than ``now`` or its requested time, after the cluster's clock."""
+    record = MessageRecord(
+        id=f"msg_{secrets.token_hex(16)}",
+        cluster_id=cluster_id,
+        sequence=0,
+        timestamp=0,
+        topic=draft.topic,
+        sender=draft.sender,
+        receiver=draft.receiver,
+        content=draft.content,
+        metadata=draft.metadata,
+    )
+    placed = (
+        cluster_claim_insert(
+            _row(record, draft, "", cursor=cursor),
+            floor=_stamp_floor([draft], now=now),
+            cursor=cursor,
+        )
+        if _named(cluster_id)
+        else None
+    )
+    if placed is None:
+        raise _missing(cluster_id)
+    return replace(record, sequence=placed[0], timestamp=placed[1])
 
 
 def _stamp_floor(drafts: Sequence[MessageDraft], *, now: int) -> int:

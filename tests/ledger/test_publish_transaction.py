@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -134,12 +134,76 @@ def test_a_publish_without_keys_locks_and_moves_the_row_in_one_statement(cluster
                 cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", idempotency_key="k")
             )
     # then the first moved the cluster's row as it locked it (UPDATE … RETURNING), then
-    # inserted; the second read the row under its lock, looked the key up, and moved the row
-    assert verbs_of(plain) == ["UPDATE", "INSERT"]
+    # inserted (on PostgreSQL in one statement, docs/decisions/0265); the second read the row
+    # under its lock, looked the key up, and moved the row
+    if connection.vendor == "postgresql":
+        assert verbs_of(plain) == ["WITH"]
+    else:
+        assert verbs_of(plain) == ["UPDATE", "INSERT"]
     assert "RETURNING" in plain.captured_queries[0]["sql"]
     assert verbs_of(keyed) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
     row = Cluster.objects.get(pk=cluster)
     assert (row.last_sequence, row.last_timestamp) == (2, Message.objects.get(sequence=2).timestamp)
+
+
+@pytest.fixture
+def driver_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement psycopg is asked to run, Django's or not (PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's statements")
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.ClientCursor.execute
+
+    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
+    return sent
+
+
+def test_a_single_message_is_one_statement_and_one_round_trip(
+    cluster: str, driver_statements: list[str]
+) -> None:
+    # given a connection already open (no pool lending in what is counted)
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+    driver_statements.clear()
+    # when one message is published, then a batch of one, with no pipeline run after them
+    with override_settings(PIPELINE_MODE="off"):
+        first = message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+        second = message_publish_batch(
+            cluster_id=cluster, drafts=[MessageDraft(topic="U", sender="s")]
+        )
+    # then each was one statement, with no BEGIN or COMMIT around it, and is stored as returned
+    assert [sql.split()[0] for sql in driver_statements] == ["WITH", "WITH"]
+    assert not open_transaction()
+    assert (first.sequence, second[0].sequence) == (2, 3)
+    stored = Message.objects.get(cluster_id=cluster, sequence=2)
+    assert (stored.message_id, stored.timestamp, stored.topic) == (
+        first.id,
+        first.timestamp,
+        "T",
+    )
+    row = Cluster.objects.get(pk=cluster)
+    assert (row.last_sequence, row.last_timestamp) == (3, second[0].timestamp)
+
+
+def test_a_failing_insert_leaves_the_claim_undone(cluster: str) -> None:
+    # given a row already at the sequence the next message would take (the unique
+    # (cluster, sequence) refuses the insert after the claim has moved the cluster's row)
+    message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+    taken = Message.objects.get(cluster_id=cluster, sequence=1)
+    taken.pk = None
+    taken.sequence, taken.message_id = 2, "in-the-way"
+    taken.save()
+    # when a message is published
+    with pytest.raises(IntegrityError):
+        message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
+    # then the cluster's row did not move: the claim and the insert commit or fail together
+    assert Cluster.objects.get(pk=cluster).last_sequence == 1
+    assert not open_transaction()
 
 
 def stamps(cluster_id: str) -> list[tuple[int, int]]:
