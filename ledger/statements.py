@@ -706,36 +706,33 @@ def cluster_row_claim(
     )
 
 
-@contextmanager
-def autocommit_cursor() -> Iterator[WriteCursor | None]:
-    """PostgreSQL outside any transaction, autocommit on: a cursor on which each statement is
-    a durable transaction of its own (the driver's, or Django's while it watches statements).
-    ``None`` elsewhere: SQLite (no statement there writes two tables), a caller's transaction,
-    autocommit off."""
+def autocommit_possible() -> bool:
+    """Whether a statement here is a durable transaction of its own: PostgreSQL outside any
+    transaction, autocommit on. Not on SQLite (no statement there writes two tables), inside
+    a caller's transaction, or with autocommit off."""
     db = connections[DEFAULT_DB_ALIAS]
-    if db.vendor != "postgresql" or db.in_atomic_block or not db.get_autocommit():
-        yield None
-        return
-    with _current_cursor() as cursor:
-        yield cursor
+    return db.vendor == "postgresql" and not db.in_atomic_block and db.get_autocommit()
 
 
 def cluster_claim_insert(
-    row: Sequence[Any], *, floor: int, cursor: WriteCursor
-) -> tuple[int, int] | None:
-    """Move the cluster's row past one new message, stamped no earlier than ``floor`` and
-    after the row's clock, and insert that message at the sequence and time the move gave it,
-    in one statement (an ``UPDATE … RETURNING`` in a ``WITH``, PostgreSQL): on an
-    ``autocommit_cursor`` it is its own transaction, one round trip where ``BEGIN``, the claim,
-    the ``INSERT`` and ``COMMIT`` took four (docs/decisions/0265). ``row`` is the message in
-    ``MESSAGE_COLUMNS`` order (its cluster first); its sequence and timestamp are left out for
-    the claim's. Returns the message's (sequence, timestamp), or ``None`` when the cluster
-    does not exist (then nothing is written)."""
-    sql, defaults = _claim_insert_sql(cursor.vendor)
-    values = [v for name, v in zip(MESSAGE_COLUMNS, row, strict=True) if name not in _CLAIMED]
-    cursor.execute(sql, [floor, row[0], *values, *defaults])
-    found = cursor.fetchone()
-    return None if found is None else (found[0], found[1])
+    cluster_id: str, rows: Sequence[Sequence[Any]], *, floor: int
+) -> dict[str, tuple[int, int]]:
+    """Move the cluster's row past ``rows`` (new messages), the first stamped no earlier than
+    ``floor`` and after the row's clock, the others 1 ms apart, and insert them in order at the
+    sequences and times the move gave them, in one statement (an ``UPDATE … RETURNING`` in a
+    ``WITH``, PostgreSQL) run where ``autocommit_possible``: its own transaction, one round trip
+    where ``BEGIN``, the claim, the ``INSERT`` and ``COMMIT`` took four (docs/decisions/0265).
+    ``rows`` are messages in ``MESSAGE_COLUMNS`` order; their sequence and timestamp are left
+    out for the claim's. Returns each message's (sequence, timestamp) by its id: empty when the
+    cluster does not exist (then nothing is written)."""
+    sql, defaults = _claim_insert_sql(connection.vendor, len(rows))
+    params: list[Any] = [floor + len(rows) - 1, cluster_id]
+    for order, row in enumerate(rows, start=1):
+        params.append(order)
+        params += [v for name, v in zip(MESSAGE_COLUMNS, row, strict=True) if name not in _CLAIMED]
+        params += defaults
+    placed = statement_rows(sql, params)
+    return {message_id: (sequence, timestamp) for message_id, sequence, timestamp in placed}
 
 
 # The message columns ``cluster_claim_insert`` takes from the claimed row, not from its caller.
@@ -852,24 +849,33 @@ def _claim_sql(vendor: str) -> str:
 
 
 @cache
-def _claim_insert_sql(vendor: str) -> tuple[str, tuple[Any, ...]]:
-    """``cluster_claim_insert``'s statement for one message, and the other columns' defaults
-    (its last parameters, as ``_insert_sql``'s)."""
+def _claim_insert_sql(vendor: str, count: int) -> tuple[str, tuple[Any, ...]]:
+    """``cluster_claim_insert``'s statement for ``count`` messages, and the values of the
+    columns a publish leaves to their defaults (the last of each row's parameters)."""
     quote = connection.ops.quote_name
     sequence, clock = _column(Cluster, "last_sequence"), _column(Cluster, "last_timestamp")
     columns, _ = _insert_fields(MESSAGE_COLUMNS)
     _, defaults = _insert_sql(vendor, MESSAGE_COLUMNS, False)
+    given = [f for f in columns if f.attname not in _CLAIMED]
+    names = [f"v{i}" for i in range(len(given))]
+    # Typed in the VALUES themselves: the rows' text would otherwise be read as ``text``.
+    typed = ", ".join(["%s::integer", *(f"%s::{f.db_type(connection)}" for f in given)])
     selected = ", ".join(
-        f"claim.{_column(Cluster, _CLAIMED[f.attname])}" if f.attname in _CLAIMED else "%s"
+        f"claim.{_column(Cluster, _CLAIMED[f.attname])} - {count} + v.ord"
+        if f.attname in _CLAIMED
+        else f"v.{names[given.index(f)]}"
         for f in columns
     )
+    values = ", ".join([f"({typed})"] * count)
+    returned = ", ".join(_column(Message, f) for f in ("message_id", "sequence", "timestamp"))
     return (
-        f"WITH claim AS (UPDATE {quote(Cluster._meta.db_table)} SET {sequence} = {sequence} + 1, "
-        f"{clock} = GREATEST({clock} + 1, %s) WHERE {_column(Cluster, 'id')} = %s "
-        f"RETURNING {sequence}, {clock}) "
+        f"WITH claim AS (UPDATE {quote(Cluster._meta.db_table)} "
+        f"SET {sequence} = {sequence} + {count}, {clock} = GREATEST({clock} + {count}, %s) "
+        f"WHERE {_column(Cluster, 'id')} = %s RETURNING {sequence}, {clock}) "
         f"INSERT INTO {quote(Message._meta.db_table)} "
-        f"({', '.join(quote(f.column) for f in columns)}) SELECT {selected} FROM claim "
-        f"RETURNING {_column(Message, 'sequence')}, {_column(Message, 'timestamp')}"
+        f"({', '.join(quote(f.column) for f in columns)}) "
+        f"SELECT {selected} FROM claim, (VALUES {values}) AS v(ord, {', '.join(names)}) "
+        f"ORDER BY v.ord RETURNING {returned}"
     ), defaults
 
 

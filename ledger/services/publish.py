@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ledger.records import MessageRecord
 from ledger.services.drafts import MessageDraft, drafts_check
+from ledger.services.together import message_publish_together, publishable_alone
 from ledger.services.writer import cluster_append
 
 
@@ -20,6 +21,8 @@ def message_publish(*, cluster_id: str, draft: MessageDraft) -> MessageRecord:
     now = now_ms()
     # Checked before the cluster's lock is taken: other publishers wait for less.
     drafts_check([draft], single=True, now=now)
+    if publishable_alone(draft):
+        return message_publish_together(cluster_id, draft, now=now)
     return cluster_append(cluster_id, [draft], now=now, single=True)[0]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -37,9 +37,7 @@ from ledger.services.imported_rows import (
 from ledger.statements import (
     ClusterRow,
     WriteCursor,
-    autocommit_cursor,
     claimable,
-    cluster_claim_insert,
     cluster_row_claim,
     cluster_row_lock,
     cluster_row_update,
@@ -68,9 +66,9 @@ def cluster_transaction(cluster_id: str, *, new: Cluster | None = None) -> Itera
         if new is not None:
             cluster: ClusterRow | None = ClusterRow.of(_cluster_insert(new))
         else:
-            cluster = cluster_row_lock(cluster_id) if _named(cluster_id) else None
+            cluster = cluster_row_lock(cluster_id) if cluster_named(cluster_id) else None
         if cluster is None:
-            raise _missing(cluster_id)
+            raise cluster_missing(cluster_id)
         writer = ClusterWriter(cluster)
         yield writer
         writer.flush()
@@ -85,12 +83,6 @@ def cluster_append(
     The same lock, statements, durability and delivery after the commit, in commit order;
     inside a caller's transaction it is ``cluster_transaction`` itself."""
     with bus.ordered_commit(cluster_id):
-        if _one_statement(drafts):
-            with autocommit_cursor() as alone:
-                if alone is not None:
-                    records = [_publish_alone(cluster_id, drafts[0], now=now, cursor=alone)]
-                    bus.deliver_committed(records)
-                    return records
         with driver_transaction() as cursor:
             if cursor is None:
                 with cluster_transaction(cluster_id) as nested:
@@ -99,19 +91,19 @@ def cluster_append(
             # them are one statement (docs/decisions/0220).
             claim = claimable(cursor) and all(d.idempotency_key is None for d in drafts)
             found = None
-            if _named(cluster_id):
+            if cluster_named(cluster_id):
                 found = (
                     cluster_row_claim(
                         cluster_id,
                         count=len(drafts),
-                        floor=_stamp_floor(drafts, now=now),
+                        floor=stamp_floor(drafts, now=now),
                         cursor=cursor,
                     )
                     if claim
                     else cluster_row_lock(cluster_id, cursor=cursor)
                 )
             if found is None:
-                raise _missing(cluster_id)
+                raise cluster_missing(cluster_id)
             # What the claim wrote, before the writer moves its copy of the row.
             claimed = (found.last_sequence + len(drafts), found.last_timestamp + len(drafts))
             writer = ClusterWriter(found, cursor=cursor)
@@ -124,60 +116,20 @@ def cluster_append(
     return records
 
 
-def _one_statement(drafts: Sequence[MessageDraft]) -> bool:
-    """Whether ``drafts`` can be published by ``cluster_claim_insert`` alone: one new message
-    (no idempotency key to look up, no id of the publisher's to check first) that leaves the
-    cluster's state as it is (no ending topic)."""
-    if len(drafts) != 1:
-        return False
-    draft = drafts[0]
-    return draft.id is None and draft.idempotency_key is None and draft.topic not in STATE_BY_TOPIC
-
-
-def _publish_alone(
-    cluster_id: str, draft: MessageDraft, *, now: int, cursor: WriteCursor
-) -> MessageRecord:
-    """Store one new message (``_one_statement``) by one statement outside any transaction:
-    the claim of its place and its row commit together, in one round trip (docs/decisions/0265).
-    The message is the one ``ClusterWriter.append`` would store: numbered after the cluster's
-    newest and stamped no earlier than ``now`` or its requested time, after the cluster's clock."""
-    record = MessageRecord(
-        id=f"msg_{secrets.token_hex(16)}",
-        cluster_id=cluster_id,
-        sequence=0,
-        timestamp=0,
-        topic=draft.topic,
-        sender=draft.sender,
-        receiver=draft.receiver,
-        content=draft.content,
-        metadata=draft.metadata,
-    )
-    placed = (
-        cluster_claim_insert(
-            _row(record, draft, "", cursor=cursor),
-            floor=_stamp_floor([draft], now=now),
-            cursor=cursor,
-        )
-        if _named(cluster_id)
-        else None
-    )
-    if placed is None:
-        raise _missing(cluster_id)
-    return replace(record, sequence=placed[0], timestamp=placed[1])
-
-
-def _stamp_floor(drafts: Sequence[MessageDraft], *, now: int) -> int:
+def stamp_floor(drafts: Sequence[MessageDraft], *, now: int) -> int:
     """The earliest the first of ``drafts`` (all new) may be stamped, the row's clock aside
     (``ClusterWriter._first_timestamp`` adds it): never before a requested timestamp."""
     requested = [d.timestamp - offset for offset, d in enumerate(drafts) if d.timestamp is not None]
     return max(now, *requested) if requested else now
 
 
-def _named(cluster_id: str) -> bool:
+def cluster_named(cluster_id: str) -> bool:
+    """Whether ``cluster_id`` can name a cluster at all (else no statement looks it up)."""
     return text_problem(cluster_id) is None
 
 
-def _missing(cluster_id: str) -> NotFound:
+def cluster_missing(cluster_id: str) -> NotFound:
+    """The error of a publish to a cluster that does not exist."""
     return NotFound(f"cluster {cluster_id!r} does not exist", details={"cluster_id": cluster_id})
 
 
@@ -261,7 +213,7 @@ class ClusterWriter:
             ]
             message_insert(
                 [
-                    _row(record, draft, body_hash, cursor=self._cursor)
+                    message_row(record, draft, body_hash, cursor=self._cursor)
                     for record, (_, draft, body_hash) in zip(records, plan.fresh, strict=True)
                 ],
                 cursor=self._cursor,
@@ -383,7 +335,7 @@ class ClusterWriter:
 
     def _first_timestamp(self, fresh: Sequence[tuple[int, MessageDraft, str]], *, now: int) -> int:
         """Never earlier than any requested timestamp, never backwards, exactly 1 ms apart."""
-        floor = _stamp_floor([draft for _, draft, _ in fresh], now=now)
+        floor = stamp_floor([draft for _, draft, _ in fresh], now=now)
         return max(floor, self._cluster.last_timestamp + 1)
 
     def _record(self, draft: MessageDraft, *, offset: int, timestamp: int) -> MessageRecord:
@@ -427,7 +379,7 @@ class ClusterWriter:
                 self.state_set(STATE_BY_TOPIC[record.topic])
 
 
-def _row(
+def message_row(
     record: MessageRecord, draft: MessageDraft, body_hash: str, *, cursor: WriteCursor | None
 ) -> tuple[Any, ...]:
     """A published message's row, in ``MESSAGE_COLUMNS`` order."""

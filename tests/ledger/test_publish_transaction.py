@@ -15,7 +15,8 @@ from ledger.errors import Conflict, NotFound
 from ledger.models import Cluster, ClusterState, Message
 from ledger.pipeline import Batch, Pipeline
 from ledger.records import MessageRecord
-from ledger.services import MessageDraft, message_publish, message_publish_batch
+from ledger.selectors import message_get
+from ledger.services import MessageDraft, message_publish, message_publish_batch, together
 from ledger.services.publish import now_ms
 from ledger.statements import pipeline_cursor_move
 
@@ -170,24 +171,94 @@ def test_a_single_message_is_one_statement_and_one_round_trip(
     # given a connection already open (no pool lending in what is counted)
     message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
     driver_statements.clear()
-    # when one message is published, then a batch of one, with no pipeline run after them
+    # when two messages are published, with no pipeline run after them
     with override_settings(PIPELINE_MODE="off"):
         first = message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="s"))
-        second = message_publish_batch(
-            cluster_id=cluster, drafts=[MessageDraft(topic="U", sender="s")]
+        second = message_publish(
+            cluster_id=cluster,
+            draft=MessageDraft(topic="U", sender="s", content={"text": "it's"}, metadata=[1]),
         )
     # then each was one statement, with no BEGIN or COMMIT around it, and is stored as returned
     assert [sql.split()[0] for sql in driver_statements] == ["WITH", "WITH"]
     assert not open_transaction()
-    assert (first.sequence, second[0].sequence) == (2, 3)
-    stored = Message.objects.get(cluster_id=cluster, sequence=2)
-    assert (stored.message_id, stored.timestamp, stored.topic) == (
-        first.id,
-        first.timestamp,
-        "T",
-    )
+    assert (first.sequence, second.sequence) == (2, 3)
+    assert second.timestamp > first.timestamp
+    for record in (first, second):
+        assert message_get(cluster_id=cluster, message_id=record.id) == record
     row = Cluster.objects.get(pk=cluster)
-    assert (row.last_sequence, row.last_timestamp) == (3, second[0].timestamp)
+    assert (row.last_sequence, row.last_timestamp) == (3, second.timestamp)
+
+
+def test_publishers_queued_for_a_cluster_commit_together_in_queue_order(
+    cluster: str, driver_statements: list[str]
+) -> None:
+    # given eight publishers that queue for the cluster while its delivery lock is held
+    delivered: list[int] = []
+    subscription = bus.subscribe(lambda m: delivered.append(m.sequence))
+    returned: dict[int, MessageRecord] = {}
+    lock_held = threading.Event()
+
+    def publish(n: int) -> None:
+        try:
+            returned[n] = message_publish(
+                cluster_id=cluster, draft=MessageDraft(topic="T", sender=f"p{n}")
+            )
+        finally:
+            connection.close()
+
+    try:
+        with override_settings(PIPELINE_MODE="off"):
+            with bus.ordered_commit(cluster):
+                lock_held.set()
+                publishers = [threading.Thread(target=publish, args=(n,)) for n in range(8)]
+                for publisher in publishers:
+                    publisher.start()
+                while len(together._queues.get(cluster, [])) < 8:
+                    threading.Event().wait(0.01)
+                queued = [w.draft.sender for w in together._queues[cluster]]
+            # when the lock is let go
+            for publisher in publishers:
+                publisher.join()
+    finally:
+        bus.unsubscribe(subscription)
+    # (new connections read and set the time zone: SELECTs)
+    writes = [sql.split()[0] for sql in driver_statements if not sql.startswith("SELECT")]
+    # then one statement stored all eight, numbered in the order they queued, each publisher
+    # got its own message as stored, and they were delivered once, in order
+    assert writes == ["WITH"]
+    by_sender = {record.sender: record for record in returned.values()}
+    assert [by_sender[sender].sequence for sender in queued] == list(range(1, 9))
+    times = [by_sender[sender].timestamp for sender in queued]
+    assert times == list(range(times[0], times[0] + 8))
+    for record in returned.values():
+        assert message_get(cluster_id=cluster, message_id=record.id) == record
+    assert delivered == list(range(1, 9))
+    assert stored_elsewhere(cluster) == list(range(1, 9))
+
+
+def test_publishers_queued_for_a_missing_cluster_are_all_refused(db: None) -> None:
+    # given two publishers queued for a cluster that does not exist
+    errors: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            message_publish(cluster_id="no-such", draft=MessageDraft(topic="T", sender="s"))
+        except NotFound as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    with bus.ordered_commit("no-such"):
+        publishers = [threading.Thread(target=publish) for _ in range(2)]
+        for publisher in publishers:
+            publisher.start()
+        while connection.vendor == "postgresql" and len(together._queues.get("no-such", [])) < 2:
+            threading.Event().wait(0.01)
+    for publisher in publishers:
+        publisher.join()
+    # then each was told the cluster does not exist, and nothing is left queued
+    assert len(errors) == 2
+    assert "no-such" not in together._queues
 
 
 def test_a_failing_insert_leaves_the_claim_undone(cluster: str) -> None:
