@@ -138,8 +138,11 @@ def client_loop(
     stats: ClientStats,
     seed: int,
     deadline: float,
+    plain_singles: bool = False,
 ) -> None:
-    """Publish singles and batches until ``stop``; each request is retried until acknowledged."""
+    """Publish singles and batches until ``stop``; each request is retried until acknowledged.
+    With ``plain_singles`` a single carries neither id nor idempotency key (the server numbers
+    and names it); its text still names it for the check."""
     rng = random.Random(seed)
     conn: http.client.HTTPConnection | None = None
     sent = 0
@@ -158,6 +161,8 @@ def client_loop(
             for i, message_id in enumerate(ids)
         ]
         if size == 1:
+            if plain_singles:
+                del messages[0]["id"], messages[0]["idempotency_key"]
             request = Request(f"/api/v1/clusters/{CLUSTER}/messages", messages[0], ids)
         else:
             request = Request(
@@ -202,26 +207,33 @@ def check_ledger(requests: list[Request]) -> dict[str, Any]:
     rows = list(
         Message.objects.filter(cluster_id=CLUSTER)
         .order_by("sequence")
-        .values_list("message_id", "sequence", "timestamp")
+        .values_list("content", "sequence", "timestamp")
     )
+    # Every message's text names the client's id for it, given to the server or not.
     by_id: dict[str, list[tuple[int, int]]] = {}
-    for message_id, sequence, timestamp in rows:
-        by_id.setdefault(message_id, []).append((sequence, timestamp))
+    for content, sequence, timestamp in rows:
+        by_id.setdefault(content["text"].removeprefix("probe "), []).append((sequence, timestamp))
     sequences = [sequence for _, sequence, _ in rows]
     cluster = Cluster.objects.get(pk=CLUSTER)
 
     acked = [r for r in requests if r.acked is not None]
     sent_ids = {message_id for r in requests for message_id in r.ids}
-    lost = duplicated = misplaced = 0
+    lost = duplicated = misplaced = retried_twice_stored = 0
     for request in acked:
         assert request.acked is not None
+        keyless = "idempotency_key" not in request.body and len(request.ids) == 1
         for message_id, wire in zip(request.ids, request.acked, strict=True):
             stored = by_id.get(message_id, [])
+            place = (int(wire["sequence"]), wire["timestamp"])
             if not stored:
                 lost += 1
+            elif keyless and place in stored and len(stored) <= request.attempts:
+                # Without a key, a retry after a commit whose answer the kill cut off stores
+                # the message again (SPEC §1.1); each stored copy came from an attempt.
+                retried_twice_stored += len(stored) - 1
             elif len(stored) > 1:
                 duplicated += 1
-            elif stored[0] != (int(wire["sequence"]), wire["timestamp"]):
+            elif stored[0] != place:
                 misplaced += 1
     partial = broken_batches = 0
     for request in requests:
@@ -242,6 +254,7 @@ def check_ledger(requests: list[Request]) -> dict[str, Any]:
         "messages_stored": len(rows),
         "lost": lost,
         "duplicated": duplicated,
+        "stored_again_by_a_retry_without_key": retried_twice_stored,
         "misplaced": misplaced,
         "partial_batches": partial,
         "batches_not_consecutive": broken_batches,
@@ -290,6 +303,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds-between-kills", type=float, default=6.0)
     parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument(
+        "--plain-singles",
+        action="store_true",
+        help="singles without id or idempotency key (the server's one-statement publish)",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="zeroshot-crash-"))
@@ -343,6 +361,7 @@ def main() -> None:
                     "stats": stats[n],
                     "seed": args.seed * 100 + n,
                     "deadline": deadline,
+                    "plain_singles": args.plain_singles,
                 },
                 daemon=True,
             )
@@ -382,7 +401,8 @@ def main() -> None:
         connections.close_all()
         drop_database(args, pg_name)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"crash-{args.database}.json").write_text(json.dumps(results, indent=2))
+    suffix = "-plain-singles" if args.plain_singles else ""
+    (RESULTS_DIR / f"crash-{args.database}{suffix}.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     clean = (
         figures["lost"] == figures["duplicated"] == figures["misplaced"] == 0
