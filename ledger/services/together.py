@@ -50,11 +50,13 @@ _queues_lock = threading.Lock()
 
 def publishable_alone(draft: MessageDraft) -> bool:
     """Whether ``draft`` (checked) can be stored by ``message_publish_together`` here: a new
-    message that leaves the cluster's state as it is, on a database where one statement is
-    its own transaction (``autocommit_possible``)."""
+    message stamped by the server's clock (a requested stamp is its own publisher's: it must
+    not move the others of a statement) that leaves the cluster's state as it is, on a
+    database where one statement is its own transaction (``autocommit_possible``)."""
     return (
         draft.id is None
         and draft.idempotency_key is None
+        and draft.timestamp is None
         and draft.topic not in STATE_BY_TOPIC
         and autocommit_possible()
     )
@@ -95,8 +97,9 @@ def _commit_queued(cluster_id: str) -> None:
 
 
 def _claim_insert(cluster_id: str, queued: list[_Waiting]) -> list[MessageRecord]:
-    """The queued messages stored, numbered and stamped in queue order (as a batch of them
-    would be, each no earlier than its own ``now`` or requested time)."""
+    """The queued messages stored, numbered and stamped in queue order, as SPEC §1.1 stamps
+    messages stored one after the other at the latest of their clocks' readings (each was
+    read before the message was stored): that reading, or one after the previous stamp."""
     if not cluster_named(cluster_id):
         raise cluster_missing(cluster_id)
     drafts = [waiting.draft for waiting in queued]

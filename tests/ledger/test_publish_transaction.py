@@ -178,15 +178,23 @@ def test_a_single_message_is_one_statement_and_one_round_trip(
             cluster_id=cluster,
             draft=MessageDraft(topic="U", sender="s", content={"text": "it's"}, metadata=[1]),
         )
+        sent = [sql.split()[0] for sql in driver_statements]
+        # and one with a stamp of its own, which goes through the cluster's transaction
+        ahead = now_ms() + 60_000
+        third = message_publish(
+            cluster_id=cluster, draft=MessageDraft(topic="T", sender="s", timestamp=ahead)
+        )
     # then each was one statement, with no BEGIN or COMMIT around it, and is stored as returned
-    assert [sql.split()[0] for sql in driver_statements] == ["WITH", "WITH"]
+    assert sent == ["WITH", "WITH"]
+    assert "WITH" not in [sql.split()[0] for sql in driver_statements[2:]]
+    assert third.timestamp == ahead
     assert not open_transaction()
     assert (first.sequence, second.sequence) == (2, 3)
     assert second.timestamp > first.timestamp
     for record in (first, second):
         assert message_get(cluster_id=cluster, message_id=record.id) == record
     row = Cluster.objects.get(pk=cluster)
-    assert (row.last_sequence, row.last_timestamp) == (3, second.timestamp)
+    assert (row.last_sequence, row.last_timestamp) == (4, ahead)
 
 
 def test_publishers_queued_for_a_cluster_commit_together_in_queue_order(
