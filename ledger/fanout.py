@@ -37,6 +37,14 @@ Member = TypeVar("Member")
 STOP_EVENT_TYPE = "fanout.stop"
 READER_STOP_SECONDS = 5.0
 
+# At most this many received events wait for a delivery. Beyond it the reader stops receiving
+# until the writer takes some, so a socket slow to drain holds pushes back in the channel layer
+# (bounded by its capacity and expiry) rather than in this process's memory.
+RECEIVED_LIMIT = 256
+# At most this many events go in one delivery: a page's frame holds at most this many pushes'
+# fragments however long a burst lasts.
+DELIVERY_EVENTS = 64
+
 
 class _Subscription(Generic[Member]):
     """One group on one event loop: its channel, its reader, its writer and its local members."""
@@ -51,6 +59,8 @@ class _Subscription(Generic[Member]):
         self.received: list[dict[str, Any]] = []
         self.writer: asyncio.Task[None] | None = None
         self.delivered_at = float("-inf")
+        # Set whenever the writer takes events: the reader waits on it while too many wait.
+        self.taken = asyncio.Event()
 
 
 def pushed_messages(event: dict[str, Any]) -> list[dict[str, JSON]]:
@@ -120,6 +130,8 @@ class GroupFanout(Generic[Member]):
         del self._subscriptions[key]
         if subscription.writer is not None:
             subscription.writer.cancel()  # nobody is left to write to
+        subscription.received.clear()
+        subscription.taken.set()  # a reader waiting for the writer goes on to its stop event
         reader, started = subscription.reader, subscription.started
         layer = get_channel_layer()
         if (
@@ -167,11 +179,16 @@ class GroupFanout(Generic[Member]):
             event = await layer.receive(subscription.channel)
             if event.get("type") == STOP_EVENT_TYPE:
                 return
+            if not subscription.members:
+                continue  # the last member left: nothing to deliver until the stop arrives
             subscription.received.append(event)
             if subscription.writer is None:
                 subscription.writer = asyncio.get_running_loop().create_task(
                     self._write(subscription)
                 )
+            if len(subscription.received) >= RECEIVED_LIMIT:
+                subscription.taken.clear()
+                await subscription.taken.wait()
 
     async def _write(self, subscription: _Subscription[Member]) -> None:
         """Deliver what has been received, in order, until nothing is left; then end (the next
@@ -182,7 +199,9 @@ class GroupFanout(Generic[Member]):
             if wait > 0:
                 await asyncio.sleep(wait)
             subscription.delivered_at = loop.time()
-            events, subscription.received = subscription.received, []
+            events = subscription.received[:DELIVERY_EVENTS]
+            del subscription.received[:DELIVERY_EVENTS]
+            subscription.taken.set()
             try:
                 await self.deliver(list(subscription.members), events)
             except Exception:

@@ -16,6 +16,7 @@ from django.test import Client
 
 import dashboard.consumers
 import dashboard.fragments
+import ledger.fanout
 from dashboard.consumers import ClusterFanout, ClusterTimelineConsumer, SharedRenders, fanout
 from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import MessageRecord, cluster_group
@@ -383,6 +384,48 @@ def test_pushes_received_while_a_frame_is_written_go_out_together_next() -> None
     assert slow_sent == quick_sent
     assert [row_sequences(frame) for frame in slow_sent] == [["1"], ["2", "3", "4"]]
     assert hub.frames == 2
+
+
+def test_a_slow_page_holds_pushes_back_in_the_channel_layer_and_frames_stay_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a page is slow to take its frame, at most ``RECEIVED_LIMIT`` pushes wait in the
+    process and the rest stay in the channel layer; a frame then holds at most
+    ``DELIVERY_EVENTS`` pushes, and every message still arrives once, in order."""
+    monkeypatch.setattr(ledger.fanout, "RECEIVED_LIMIT", 3)
+    monkeypatch.setattr(ledger.fanout, "DELIVERY_EVENTS", 2)
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.0
+    group = cluster_group("c-1")
+    slow = RecordingPage()
+    slow.gate.clear()
+
+    async def scenario() -> tuple[int, list[str]]:
+        layer = get_channel_layer()
+        await hub.join(group, slow)
+        subscription = hub._subscriptions[(asyncio.get_running_loop(), group)]
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        deadline = asyncio.get_running_loop().time() + 5
+        while hub.frames < 1:  # the first frame is being written: the slow page holds it
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.005)
+        for sequence in range(2, 9):
+            await layer.group_send(group, {"type": "ledger.message", "message": wire_of(sequence)})
+        while len(subscription.received) < 3:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.1)  # time for the reader to take more, were it not held
+        held = len(subscription.received)
+        slow.gate.set()
+        sent = await frames_of(slow, 8)
+        await hub.leave(group, slow)
+        return held, sent
+
+    held, sent = asyncio.run(scenario())
+
+    assert held == 3
+    assert [row for frame in sent for row in row_sequences(frame)] == [str(n) for n in range(1, 9)]
+    assert max(len(row_sequences(frame)) for frame in sent[1:]) <= 2
 
 
 def test_sockets_asking_at_once_share_the_first_render() -> None:
