@@ -79,8 +79,7 @@ class PipelineStarter:
 
     A served process runs the pipeline from then on: its sweep catches up on whatever commits no
     run has seen (a crash, another process). It also tells the live push which loop is the
-    server's (``ledger/push.py``), and leaves the objects of the server's start out of the
-    garbage collector's walks (``startup_heap_frozen``). Importing this module starts nothing.
+    server's (``ledger/push.py``). Importing this module starts nothing.
     """
 
     def __init__(self, app: Any) -> None:
@@ -93,7 +92,6 @@ class PipelineStarter:
             return
         if not self.started:
             self.started = True
-            startup_heap_frozen()
             # Live pushes from threads without a loop (the pipeline's) go to the server's loop.
             ledger.pusher.serve_on(asyncio.get_running_loop())
             if settings.PIPELINE_MODE == "thread":
@@ -103,12 +101,14 @@ class PipelineStarter:
 
 
 async def lifespan(receive: Any, send: Any) -> None:
-    """The ASGI lifespan (uvicorn runs with ``--lifespan on``): nothing to do at startup (the
-    pipeline starts with the first connection); at shutdown, the queued trace spans are exported
-    while the process still runs (docs/decisions/0190)."""
+    """The ASGI lifespan (uvicorn runs with ``--lifespan on``): at startup, what the start made
+    is left out of the garbage collector's walks (``startup_heap_frozen``; the pipeline starts
+    with the first connection); at shutdown, the queued trace spans are exported while the
+    process still runs (docs/decisions/0190)."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            startup_heap_frozen()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await asyncio.to_thread(tracing_flush)
