@@ -61,7 +61,31 @@ def message_draft_check(
     ``InvalidInput`` or ``TooLarge`` naming the field. ``now`` is the clock a timestamp may not
     run ahead of by more than ``LEDGER_MAX_CLOCK_SKEW_MS``."""
     clock = now if now is not None else time.time_ns() // 1_000_000
-    for field_name, problem, error in _problems(draft, now=clock):
+    _draft_check(draft, index=index, now=clock, bounds=_Bounds.read())
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The settings a draft is checked against, read once for a whole batch (each read goes
+    through Django's lazy settings object)."""
+
+    clock_skew_ms: int
+    text_bytes: int
+    json_bytes: int
+    json_depth: int
+
+    @classmethod
+    def read(cls) -> _Bounds:
+        return cls(
+            clock_skew_ms=settings.LEDGER_MAX_CLOCK_SKEW_MS,
+            text_bytes=settings.LEDGER_MAX_TEXT_BYTES,
+            json_bytes=settings.LEDGER_MAX_JSON_BYTES,
+            json_depth=settings.LEDGER_MAX_JSON_DEPTH,
+        )
+
+
+def _draft_check(draft: MessageDraft, *, index: int | None, now: int, bounds: _Bounds) -> None:
+    for field_name, problem, error in _problems(draft, now=now, bounds=bounds):
         where: dict[str, Any] = {"field": field_name}
         name = field_name
         if index is not None:
@@ -70,7 +94,9 @@ def message_draft_check(
         raise error(f"{name} {problem}", details=where)
 
 
-def _problems(draft: MessageDraft, *, now: int) -> Iterator[tuple[str, str, type[ServiceError]]]:
+def _problems(
+    draft: MessageDraft, *, now: int, bounds: _Bounds
+) -> Iterator[tuple[str, str, type[ServiceError]]]:
     """Each field that breaks SPEC §1.1: its name, what is wrong, and the error to raise."""
     if not isinstance(draft.topic, str) or not TOPIC_RE.match(draft.topic):
         yield (
@@ -92,32 +118,35 @@ def _problems(draft: MessageDraft, *, now: int) -> Iterator[tuple[str, str, type
         yield "idempotency_key", problem, InvalidInput
     stamp = draft.timestamp
     if stamp is not None and (
-        problem := timestamp_problem(stamp, now=now, max_ahead=settings.LEDGER_MAX_CLOCK_SKEW_MS)
+        problem := timestamp_problem(stamp, now=now, max_ahead=bounds.clock_skew_ms)
     ):
         yield "timestamp", problem, InvalidInput
-    yield from _content_problems(draft)
+    yield from _content_problems(draft, bounds=bounds)
 
 
-def _content_problems(draft: MessageDraft) -> Iterator[tuple[str, str, type[ServiceError]]]:
+def _content_problems(
+    draft: MessageDraft, *, bounds: _Bounds
+) -> Iterator[tuple[str, str, type[ServiceError]]]:
     unknown = set(draft.content) - {"text", "data"}
     if unknown:
         yield "content", f"may only hold text and data, not {sorted(unknown)}", InvalidInput
     text = draft.content.get("text")
     if text is not None and not isinstance(text, str):
         yield "content.text", "must be a string", InvalidInput
-    text_limit, json_limit = settings.LEDGER_MAX_TEXT_BYTES, settings.LEDGER_MAX_JSON_BYTES
+    text_limit, json_limit = bounds.text_bytes, bounds.json_bytes
     if isinstance(text, str):
         if (problem := text_problem(text)) is not None:
             yield "content.text", problem, InvalidInput
         elif len(text.encode()) > text_limit:
             yield "content.text", f"is larger than {text_limit} bytes", TooLarge
-    values = [("metadata", draft.metadata)]
+    # No metadata is stored as null: nothing to check or measure.
+    values = [] if draft.metadata is None else [("metadata", draft.metadata)]
     if "data" in draft.content:
         values.insert(0, ("content.data", draft.content["data"]))
     for name, value in values:
         # Checked (and serialised once) before measuring: an unstorable value has no size.
         try:
-            encoded = json_encode_checked(value, max_depth=settings.LEDGER_MAX_JSON_DEPTH)
+            encoded = json_encode_checked(value, max_depth=bounds.json_depth)
         except JsonValueError as error:
             yield f"{name}{error.path}", error.problem, InvalidInput
             continue
@@ -136,5 +165,7 @@ def drafts_check(
             f"a batch holds at most {settings.LEDGER_MAX_BATCH} messages, got {len(drafts)}",
             details={"field": "messages", "limit": settings.LEDGER_MAX_BATCH},
         )
+    clock = now if now is not None else time.time_ns() // 1_000_000
+    bounds = _Bounds.read()
     for index, draft in enumerate(drafts):
-        message_draft_check(draft, index=None if single else index, now=now)
+        _draft_check(draft, index=None if single else index, now=clock, bounds=bounds)
