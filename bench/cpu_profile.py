@@ -696,6 +696,33 @@ def fmt(values: list[float], digits: int = 2) -> str:
     return f"{median(values):.{digits}f} [{min(values):.{digits}f}..{max(values):.{digits}f}]"
 
 
+def push_load_note(rows: list[dict[str, Any]]) -> str:
+    """The note of a ``push-load`` row: both publishing rates, CPU per message, frames."""
+    return (
+        f"{rows[0]['sockets']} pages, 8 clients publishing; "
+        f"{fmt([r['msg_s_with_pages'] for r in rows], 0)} msg/s with, "
+        f"{fmt([r['msg_s_no_pages'] for r in rows], 0)} without; per message "
+        f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
+        f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
+        f"frames per page per message {fmt([r['frames_per_message'] for r in rows])}"
+    )
+
+
+def listeners_note(path: str, rows: list[dict[str, Any]]) -> str:
+    """The note of a row of sockets listening to one publisher (``LISTENERS``)."""
+    return (
+        f"{rows[0]['sockets']} {LISTENERS[path]}; per message "
+        f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
+        f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
+        f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms; "
+        f"delivered {fmt([r['delivered'] for r in rows])}; a socket's handshake "
+        f"and close {fmt([r['connect_ms_per_socket'] for r in rows])} ms, per "
+        "socket per message with them (as measured up to round 3) "
+        f"{fmt([r['cpu_ms_per_socket_per_message_with_handshakes'] for r in rows], 3)}"
+        " ms"
+    )
+
+
 def table(results: dict[str, Any]) -> list[str]:
     lines = [
         "| server | database | path | server CPU per request, ms | throughput | note |",
@@ -710,37 +737,12 @@ def table(results: dict[str, Any]) -> list[str]:
             rows = [r[path] for r in rounds if path in r]
             if not rows:
                 continue
-            if path == "push-load":
+            if path == "push-load" or path in LISTENERS:
                 cpu = fmt([r["cpu_ms_per_socket_per_message"] for r in rows], 3)
                 thr = fmt([r["msg_s_ratio"] for r in rows], 2) + "x of none open"
-                note = (
-                    f"{rows[0]['sockets']} pages, 8 clients publishing; "
-                    f"{fmt([r['msg_s_with_pages'] for r in rows], 0)} msg/s with, "
-                    f"{fmt([r['msg_s_no_pages'] for r in rows], 0)} without; per message "
-                    f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
-                    f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
-                    f"frames per page per message {fmt([r['frames_per_message'] for r in rows])}"
-                )
+                note = push_load_note(rows) if path == "push-load" else listeners_note(path, rows)
                 what = f"{path}, per socket per message"
                 lines.append(f"| {kind} | {db} | {what} | {cpu} | {thr} | {note} |")
-                continue
-            if path in LISTENERS:
-                cpu = fmt([r["cpu_ms_per_socket_per_message"] for r in rows], 3)
-                thr = fmt([r["msg_s_ratio"] for r in rows], 2) + "x of none open"
-                note = (
-                    f"{rows[0]['sockets']} {LISTENERS[path]}; per message "
-                    f"{fmt([r['cpu_ms_per_message_with_pages'] for r in rows])} ms with, "
-                    f"{fmt([r['cpu_ms_per_message_no_pages'] for r in rows])} ms without; "
-                    f"push p50 {fmt([r['push_p50_ms'] for r in rows], 1)} ms; "
-                    f"delivered {fmt([r['delivered'] for r in rows])}; a socket's handshake "
-                    f"and close {fmt([r['connect_ms_per_socket'] for r in rows])} ms, per "
-                    "socket per message with them (as measured up to round 3) "
-                    f"{fmt([r['cpu_ms_per_socket_per_message_with_handshakes'] for r in rows], 3)}"
-                    " ms"
-                )
-                what = f"{path}, per socket per message"
-                row = f"| {kind} | {db} | {what} | {cpu} | {thr} | {note} |"
-                lines.append(row)
                 continue
             cpu = fmt([r["cpu_ms"] for r in rows])
             if path in ("publish", "batch"):

@@ -60,8 +60,12 @@ def message_draft_check(
     """Check a draft against SPEC §1.1 and the ledger's bounds (``ledger.validation``); raise
     ``InvalidInput`` or ``TooLarge`` naming the field. ``now`` is the clock a timestamp may not
     run ahead of by more than ``LEDGER_MAX_CLOCK_SKEW_MS``."""
-    clock = now if now is not None else time.time_ns() // 1_000_000
-    _draft_check(draft, index=index, now=clock, bounds=_Bounds.read())
+    _draft_check(draft, index=index, now=_clock(now), bounds=_Bounds.read())
+
+
+def _clock(now: int | None) -> int:
+    """``now``, or the server's clock in milliseconds when none is given."""
+    return now if now is not None else time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +169,6 @@ def drafts_check(
             f"a batch holds at most {settings.LEDGER_MAX_BATCH} messages, got {len(drafts)}",
             details={"field": "messages", "limit": settings.LEDGER_MAX_BATCH},
         )
-    clock = now if now is not None else time.time_ns() // 1_000_000
-    bounds = _Bounds.read()
+    clock, bounds = _clock(now), _Bounds.read()
     for index, draft in enumerate(drafts):
         _draft_check(draft, index=None if single else index, now=clock, bounds=bounds)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ledger.bus import bus
 from ledger.records import MessageRecord
@@ -128,16 +128,6 @@ def _claim_insert(cluster_id: str, queued: list[_Waiting]) -> list[MessageRecord
     if not placed:
         raise cluster_missing(cluster_id)
     return [
-        MessageRecord(
-            id=record.id,
-            cluster_id=cluster_id,
-            sequence=placed[record.id][0],
-            timestamp=placed[record.id][1],
-            topic=record.topic,
-            sender=record.sender,
-            receiver=record.receiver,
-            content=record.content,
-            metadata=record.metadata,
-        )
+        replace(record, sequence=placed[record.id][0], timestamp=placed[record.id][1])
         for record in unplaced
     ]
