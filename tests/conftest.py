@@ -75,6 +75,18 @@ def _no_leftover_subscribers() -> Iterator[None]:
     pusher.flush(10)
 
 
+@pytest.fixture(autouse=True)
+def _no_leftover_pipeline() -> Iterator[None]:
+    """A test that runs the pipeline in its worker threads stops them before it ends: a scheduler
+    left running would read the database during the next tests (whose database may be gone)."""
+    from ledger.pipeline import pipeline
+
+    yield
+    if pipeline.backlog().workers:
+        pipeline.stop()
+        pytest.fail("the test left the pipeline's scheduler running")
+
+
 class ApiClient:
     """Django's test client with a bearer key and JSON bodies."""
 
