@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -31,6 +32,13 @@ from channels_redis.serializers import MsgPackSerializer  # type: ignore[import-
 from redis.exceptions import NoScriptError
 
 logger = logging.getLogger(__name__)
+
+# The random prefixes come from a generator of this module's own, seeded from the system's
+# entropy and again in a forked child (as the ``random`` module's shared one is): a program that
+# seeds the shared generator (a test framework does, for each example it draws) neither repeats
+# them nor sees its own sequence moved by a push on another thread.
+_prefixes = random.Random()
+os.register_at_fork(after_in_child=_prefixes.seed)
 
 # KEYS: the groups' keys, in sending order. ARGV: the oldest score of a group member kept, of a
 # queued message kept, a queue's expiry in seconds, its capacity, the queue keys' prefix, then
@@ -121,7 +129,7 @@ class OneTripRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
             # Receivers take the lowest score first: a later send of this process never scores
             # lower or the same as an earlier one (messages of one score come in random order).
             self._last_score = max(now, self._last_score + 1e-6)
-            head = random.getrandbits(8 * prefix_length).to_bytes(prefix_length, "big")
+            head = _prefixes.getrandbits(8 * prefix_length).to_bytes(prefix_length, "big")
             head += msgpack.Packer().pack_map_header(len(message) + 1)
             body = b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in message.items())
             args += [repr(self._last_score), head, body]

@@ -60,6 +60,25 @@ def _postgres_flush_by_delete() -> Iterator[None]:
         DatabaseOperations.sql_flush = truncate  # type: ignore[method-assign]
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test databases, and on PostgreSQL no session of this process left on
+    them when they are dropped.
+
+    A thread of the process (an executor's, a push's) may still hold a connection it borrowed
+    from the pool: the pool's closing leaves a borrowed one open, and ``DROP DATABASE`` then
+    fails ("being accessed by other users"), leaving the database behind for the next run.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -122,6 +123,36 @@ def test_the_queued_entries_are_channels_redis_own() -> None:
     assert ours == theirs
     assert len(ours[0]["__asgi_channel__"]) == 2
     assert ours[1:] == (60, True)
+
+
+def test_the_random_prefixes_leave_the_shared_generator_alone() -> None:
+    async def scenario() -> list[bytes]:
+        sender = OneTripRedisChannelLayer(hosts=HOSTS)
+        listener = RedisChannelLayer(hosts=HOSTS)
+        channel = await listener.new_channel()
+        name = group()
+        await sender.group_add(name, channel)
+        queue = sender.prefix + listener.non_local_name(channel)
+        redis = sender.connection(0)
+        heads = []
+        for n in range(2):
+            # given the shared generator seeded the same way before each send
+            random.seed(0)
+            state = random.getstate()
+            # when a group send takes its message's random prefix
+            await sender.group_send(name, event(n))
+            # then the shared generator did not move
+            assert random.getstate() == state
+            [entry] = await redis.zrange(queue, 0, -1)
+            await redis.delete(queue)
+            heads.append(entry[: sender._serializer.random_prefix_length])
+        for layer in (sender, listener):
+            await layer.close_pools()
+        return heads
+
+    first, second = run(scenario)
+    # and the prefixes still differ: they do not follow the shared generator's seed
+    assert first != second
 
 
 def test_a_group_send_is_one_round_trip_with_members_or_without(
