@@ -37,11 +37,14 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
 
 # One server process (about one core; docs/decisions/0190-uvicorn.md): uvicorn on uvloop and
 # httptools, a listen queue that holds a burst of long-poll claims, websockets on the sans-I/O
-# implementation (docs/decisions/0211) without compression, the lifespan (traces flushed at shutdown), no access log line per request.
+# implementation (docs/decisions/0211) with a pushed frame's bytes made once for all its sockets
+# (0290) and without compression, the lifespan (traces flushed at shutdown), no access log line
+# per request.
 # Keep-alive outlasts nginx's upstream keepalive (60 s); a stop lets requests end for 5 s.
 # X-Forwarded-* are Django's to trust (DJANGO_BEHIND_PROXY), not the server's.
 CMD ["uvicorn", "--host", "0.0.0.0", "--port", "8000", "--backlog", "1024", \
-     "--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio", \
+     "--loop", "uvloop", "--http", "httptools", \
+     "--ws", "zeroshot_web.websocket_frames:SharedFrameProtocol", \
      "--ws-per-message-deflate", "false", "--lifespan", "on", "--no-access-log", \
      "--no-proxy-headers", "--timeout-keep-alive", "75", "--timeout-graceful-shutdown", "5", \
      "zeroshot_web.asgi:application"]

@@ -29,7 +29,8 @@ run: $(STAMP)
 	    --label pool=demo --script dashboard/demo/agents.json --concurrency 4 --wait 10 --log-level WARNING) & \
 	trap 'kill $$! 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m uvicorn --host $(HOST) --port $(PORT) --backlog 1024 --loop uvloop --http httptools \
-	    --ws websockets-sansio --ws-per-message-deflate false --lifespan on --no-access-log \
+	    --ws zeroshot_web.websocket_frames:SharedFrameProtocol --ws-per-message-deflate false \
+	    --lifespan on --no-access-log \
 	    --no-proxy-headers --timeout-keep-alive 75 --timeout-graceful-shutdown 5 \
 	    zeroshot_web.asgi:application
 

@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import pstats
+import re
 import subprocess
 import sys
 import tempfile
@@ -116,23 +117,34 @@ cluster_start(cluster_id="{cluster}", issue={{"title": "Bench", "text": "A page 
 
 # uvicorn's websocket implementations, one server kind each (``--ws``): the same command
 # otherwise, so that they are compared on the push paths side by side. ``uvicorn`` is the
-# production command's (docs/decisions/0211).
+# production command's, read from the served tree's Dockerfile (docs/decisions/0211, 0290), so
+# that each of ``--trees`` is served as it would be deployed.
 UVICORN_WS = {
-    "uvicorn": "websockets-sansio",
+    "uvicorn": None,
     "uvicorn-websockets": "websockets",
     "uvicorn-wsproto": "wsproto",
 }
 
 
-def server_command(kind: str, port: int) -> list[str]:
+def production_ws(root: Path) -> str:
+    """The ``--ws`` of the image's command in ``root``'s Dockerfile."""
+    cmd = re.search(r"^CMD (\[.*?\])$", (root / "Dockerfile").read_text(), re.M | re.S)
+    if cmd is None:
+        raise ValueError(f"no CMD in {root / 'Dockerfile'}")
+    argv = json.loads(cmd.group(1).replace("\\\n", " "))
+    return str(argv[argv.index("--ws") + 1])
+
+
+def server_command(kind: str, port: int, root: Path = ROOT) -> list[str]:
     """How each ASGI server is started: one process, the app as the operator's guide names it."""
     app = "zeroshot_web.asgi:application"
     if kind == "daphne":
         return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
     if kind in UVICORN_WS:
+        ws = UVICORN_WS[kind] or production_ws(root)
         return [
             "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-            "--loop", "uvloop", "--http", "httptools", "--ws", UVICORN_WS[kind],
+            "--loop", "uvloop", "--http", "httptools", "--ws", ws,
             "--ws-per-message-deflate", "false", "--lifespan", "on",
             "--no-access-log", "--log-level", "warning", app,
         ]  # fmt: skip
@@ -173,7 +185,7 @@ class BenchServer(ph.Server):
         return done.stdout
 
     def start(self) -> BenchServer:
-        args = server_command(self.kind, self.port)
+        args = server_command(self.kind, self.port, self.root)
         if self.profile_out is not None:
             args = [str(ROOT / "bench" / "profiled_server.py"), str(self.profile_out), *args[1:]]
         with self.log.open("ab") as out:

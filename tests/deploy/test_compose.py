@@ -78,7 +78,7 @@ def test_the_image_is_slim_unprivileged_collects_its_static_files_and_checks_its
         "--backlog": "1024",
         "--loop": "uvloop",
         "--http": "httptools",
-        "--ws": "websockets-sansio",
+        "--ws": "zeroshot_web.websocket_frames:SharedFrameProtocol",
         "--ws-per-message-deflate": "false",
         "--lifespan": "on",
     }.items():
