@@ -19,6 +19,7 @@ from ledger.services import (
     message_import_batch,
     message_publish,
 )
+from tests.communicators import CONNECT_TIMEOUT
 from zeroshot_web.asgi import application
 
 pytestmark = pytest.mark.django_db
@@ -477,7 +478,7 @@ def test_agent_text_is_escaped_everywhere(operator_client: Client) -> None:
 
 async def close_code(communicator: WebsocketCommunicator) -> Any:
     """The close code of a socket that is accepted, then closed at once (a refusal)."""
-    connected, _ = await communicator.connect()
+    connected, _ = await communicator.connect(timeout=CONNECT_TIMEOUT)
     assert connected
     closing = await communicator.receive_output(timeout=5)
     assert closing["type"] == "websocket.close"
@@ -521,8 +522,8 @@ def test_timeline_socket_pushes_the_rendered_row_to_a_signed_in_session(
         plans_only = WebsocketCommunicator(
             application, f"/ws/clusters/{cluster}/timeline/?topic=PLAN_READY", headers=headers
         )
-        assert (await everything.connect())[0]
-        assert (await plans_only.connect())[0]
+        assert (await everything.connect(timeout=CONNECT_TIMEOUT))[0]
+        assert (await plans_only.connect(timeout=CONNECT_TIMEOUT))[0]
         from channels.db import database_sync_to_async
 
         await database_sync_to_async(message_publish)(
@@ -695,7 +696,7 @@ def test_a_snapshot_push_replaces_the_snapshot_panel(cluster: str, operator_clie
         page = WebsocketCommunicator(
             application, f"/ws/clusters/{cluster}/timeline/", headers=headers
         )
-        assert (await page.connect())[0]
+        assert (await page.connect(timeout=CONNECT_TIMEOUT))[0]
         from channels.db import database_sync_to_async
 
         # an ISSUE_OPENED makes the snapshotter publish a STATE_SNAPSHOT right behind it

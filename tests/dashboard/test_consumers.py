@@ -21,6 +21,7 @@ from dashboard.consumers import ClusterFanout, ClusterTimelineConsumer, SharedRe
 from dashboard.fragments import PushFragments, push_fragments
 from ledger.interfaces import MessageRecord, cluster_group
 from ledger.services import MessageDraft, message_publish, message_publish_batch
+from tests.communicators import CONNECT_TIMEOUT
 from zeroshot_web.asgi import application
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +81,7 @@ def test_many_pages_on_one_cluster_cost_one_render_per_message(
             for query in queries
         ]
         for page in pages:
-            assert (await page.connect())[0]
+            assert (await page.connect(timeout=CONNECT_TIMEOUT))[0]
         # one message alone, then two in one transaction (one push each, back to back)
         await database_sync_to_async(message_publish)(
             cluster_id=cluster,
@@ -169,7 +170,7 @@ def test_pages_of_one_cluster_share_one_subscription_and_one_frame_per_push(
     async def scenario() -> tuple[list[str], int, int, str]:
         pages = [WebsocketCommunicator(application, path, headers=headers) for _ in range(8)]
         for page in pages:
-            assert (await page.connect())[0]
+            assert (await page.connect(timeout=CONNECT_TIMEOUT))[0]
         frames_before, renders_before = fanout.frames, fanout.renders.renders
         for n in range(3):
             await publish(f"{XSS} {n}")
@@ -183,7 +184,7 @@ def test_pages_of_one_cluster_share_one_subscription_and_one_frame_per_push(
         # the last page gone, the process left the group; a page coming back subscribes again
         assert calls["discard"] == 1
         again = WebsocketCommunicator(application, path, headers=headers)
-        assert (await again.connect())[0]
+        assert (await again.connect(timeout=CONNECT_TIMEOUT))[0]
         await publish("after the reconnect")
         back = await until(again, 4)
         await again.disconnect()

@@ -16,6 +16,7 @@ from ledger.importing import zeroshot_follow, zeroshot_import
 from ledger.keys import api_key_create
 from ledger.records import MessageRecord
 from ledger.selectors import message_tail
+from tests.communicators import CONNECT_TIMEOUT
 from zeroshot_web.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,7 +67,7 @@ def test_follow_imports_new_rows_and_pushes_them_to_the_websocket(tmp_path: Path
 
     async def scenario() -> list[dict[str, Any]]:
         client = WebsocketCommunicator(application, f"/ws/clusters/{CLUSTER}/?key={key}")
-        connected, _ = await client.connect()
+        connected, _ = await client.connect(timeout=CONNECT_TIMEOUT)
         assert connected
         task = asyncio.ensure_future(
             follow(path=tmp_path, poll_interval=0.05, stop=stop, on_message=seen.extend)

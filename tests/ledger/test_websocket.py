@@ -15,6 +15,7 @@ from django.test import Client, override_settings
 from ledger.keys import api_key_create
 from ledger.push import pusher
 from ledger.services import MessageDraft, cluster_create, message_publish, message_publish_batch
+from tests.communicators import CONNECT_TIMEOUT
 from tests.conftest import ApiClient
 from zeroshot_web.asgi import application
 from zeroshot_web.settings import redis_channel_layer
@@ -29,7 +30,7 @@ async def connect(
     path: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> tuple[WebsocketCommunicator, bool, Any]:
     communicator = WebsocketCommunicator(application, path, headers=headers or [])
-    connected, code = await communicator.connect()
+    connected, code = await communicator.connect(timeout=CONNECT_TIMEOUT)
     return communicator, connected, code
 
 

@@ -19,6 +19,7 @@ from channels.testing import WebsocketCommunicator
 from ledger.fanout import MessageFanout, ServerSend, message_fanout, message_frame
 from ledger.push import cluster_group, pusher
 from ledger.services import MessageDraft, message_publish, message_publish_batch
+from tests.communicators import CONNECT_TIMEOUT
 from zeroshot_web.asgi import application
 from zeroshot_web.routing import websocket_urlpatterns
 
@@ -57,7 +58,7 @@ async def open_streams(cluster: str, api_key: str, count: int) -> list[Websocket
         for _ in range(count)
     ]
     for stream in streams:
-        assert (await stream.connect())[0]
+        assert (await stream.connect(timeout=CONNECT_TIMEOUT))[0]
     return streams
 
 
@@ -216,7 +217,7 @@ def test_pushed_frames_go_through_the_server_s_send_past_the_wrappers_below_it(
 
     async def scenario() -> list[str]:
         stream = WebsocketCommunicator(app, f"/ws/clusters/{cluster}/?key={api_key}&after=0")
-        assert (await stream.connect())[0]
+        assert (await stream.connect(timeout=CONNECT_TIMEOUT))[0]
         got = await sequences(stream, 1)  # caught up from the ledger
         for n in range(3):
             await database_sync_to_async(message_publish)(

@@ -23,6 +23,7 @@ from ledger.models import Cluster
 from operations.metrics import WEBSOCKETS, WebsocketCounter, topic_family
 from runs.logic import engine
 from runs.models import Runner, Task
+from tests.communicators import CONNECT_TIMEOUT
 from tests.conftest import ApiClient, subprocess_database_url
 from tests.live_server import REPO
 from tests.runs.conftest import ScriptedWorker
@@ -218,7 +219,7 @@ def test_open_websockets_are_counted_until_they_close() -> None:
     async def scenario() -> tuple[float, float, float]:
         start = WEBSOCKETS._value.get()
         communicator = WebsocketCommunicator(WebsocketCounter(accepting), "/ws/x/")
-        connected, _ = await communicator.connect()
+        connected, _ = await communicator.connect(timeout=CONNECT_TIMEOUT)
         assert connected
         open_now = WEBSOCKETS._value.get()
         await communicator.disconnect()
