@@ -210,36 +210,66 @@ def leases_lapsed(*, now: int, limit: int) -> list[Task]:
 @cache
 def _claimable_sql(vendor: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
     """``claim_narrow(claimable(now), wanted).order_by("created_at", "id")`` for a claim
-    without labels, its first row, locked (``SKIP LOCKED``) where the database can."""
-    t, u = "t", "u"
+    without labels, its first row, locked (``SKIP LOCKED``) where the database can.
+
+    The candidates are the two kinds of claimable task, each read on an index of its state
+    (``task_cluster_state`` with a cluster, ``task_claimable`` without): the expired tasks and
+    the queue heads. One condition with an ``OR`` between them kept both planners on the
+    cluster's whole history. The candidates are few (an agent has at most one head), so all of
+    them are ordered and the first one not locked by another claim is taken, as before: a
+    candidate kept out of order by a limit of its own could be one that another claim holds.
+    The outer condition repeats the states so that PostgreSQL, rechecking a row another
+    claim moved meanwhile, skips one that is no longer claimable.
+    """
+    t = "t"
 
     def col(alias: str, name: str) -> str:
         return f"{alias}.{_col(Task, name)}"
 
+    def narrow(alias: str) -> str:
+        where = []
+        if cluster:
+            where.append(f"{col(alias, 'cluster')} = %s")
+        if agents:
+            where.append(f"{col(alias, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
+        if roles:
+            where.append(f"{col(alias, 'role')} IN ({', '.join(['%s'] * roles)})")
+        if providers:
+            where.append(
+                f"({col(alias, 'provider')} = %s OR {col(alias, 'provider')} IN "
+                f"({', '.join(['%s'] * providers)}))"
+            )
+        return "".join(f" AND {term}" for term in where)
+
+    e, q, u = "e", "q", "u"
+    # Written with the states first, so that it is a seek of ``task_agent_queue``, not a read
+    # of the agent's whole history.
     ahead = (
-        f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'agent_id')} = {col(t, 'agent_id')} "
-        f"AND {col(u, 'cluster')} = {col(t, 'cluster')} AND ({col(u, 'state')} IN (%s, %s) "
-        f"OR ({col(u, 'created_at')} < {col(t, 'created_at')} AND {col(u, 'state')} = %s) "
-        f"OR ({col(u, 'created_at')} = {col(t, 'created_at')} AND {col(u, 'id')} < {col(t, 'id')} "
-        f"AND {col(u, 'state')} = %s))"
+        f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'cluster')} = {col(q, 'cluster')} "
+        f"AND {col(u, 'agent_id')} = {col(q, 'agent_id')} AND {col(u, 'state')} IN (%s, %s, %s) "
+        f"AND ({col(u, 'state')} IN (%s, %s) OR {col(u, 'created_at')} < {col(q, 'created_at')} "
+        f"OR ({col(u, 'created_at')} = {col(q, 'created_at')} AND {col(u, 'id')} < {col(q, 'id')}))"
     )
-    where = [
-        f"(({col(t, 'available_at')} <= %s AND {col(t, 'state')} = %s AND NOT EXISTS ({ahead})) "
-        f"OR {col(t, 'state')} = %s)"
-    ]
-    if cluster:
-        where.append(f"{col(t, 'cluster')} = %s")
-    if agents:
-        where.append(f"{col(t, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
-    if roles:
-        where.append(f"{col(t, 'role')} IN ({', '.join(['%s'] * roles)})")
-    if providers:
-        where.append(
-            f"({col(t, 'provider')} = %s OR {col(t, 'provider')} IN "
-            f"({', '.join(['%s'] * providers)}))"
-        )
+    expired = (
+        f"SELECT {col(e, 'id')} FROM {_table(Task)} {e} WHERE {col(e, 'state')} = %s" + narrow(e)
+    )
+    heads = (
+        f"SELECT {col(q, 'id')} FROM {_table(Task)} {q} WHERE {col(q, 'state')} = %s "
+        f"AND {col(q, 'available_at')} <= %s{narrow(q)} AND NOT EXISTS ({ahead})"
+    )
+    # Where rows are locked, a row another claim moved meanwhile is checked again on the
+    # outer condition only (PostgreSQL's recheck): it repeats the states. SQLite's single
+    # writer needs no recheck, and the condition would lead its planner to read every
+    # queued task rather than the candidates.
+    recheck = (
+        f" AND ({col(t, 'state')} = %s OR ({col(t, 'state')} = %s "
+        f"AND {col(t, 'available_at')} <= %s))"
+        if connection.features.has_select_for_update
+        else ""
+    )
     return (
-        f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} WHERE {' AND '.join(where)} "
+        f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} "
+        f"WHERE {col(t, 'id')} IN ({expired} UNION ALL {heads}){recheck} "
         f"ORDER BY {col(t, 'created_at')} ASC, {col(t, 'id')} ASC LIMIT 1"
         + _lock(skip_locked=connection.features.has_select_for_update_skip_locked)
     )
@@ -257,13 +287,16 @@ def claimable_first(
     sql = _claimable_sql(
         connection.vendor, cluster_id is not None, len(agents), len(roles), len(providers)
     )
-    # In the statement's order: the queued head, the tasks ahead of it, an expired lease.
-    params: list[Any] = [now, _QUEUED, _CLAIMED, _EXPIRED, _QUEUED, _QUEUED, _EXPIRED]
-    if cluster_id is not None:
-        params.append(cluster_id)
-    params += [*agents, *roles]
+    narrow: list[Any] = [] if cluster_id is None else [cluster_id]
+    narrow += [*agents, *roles]
     if providers:
-        params += ["", *providers]
+        narrow += ["", *providers]
+    # In the statement's order: the expired tasks, the queue heads and the tasks ahead of one,
+    # the states again where the database rechecks them.
+    params: list[Any] = [_EXPIRED, *narrow, _QUEUED, now, *narrow]
+    params += [_QUEUED, _CLAIMED, _EXPIRED, _CLAIMED, _EXPIRED]
+    if connection.features.has_select_for_update:
+        params += [_EXPIRED, _QUEUED, now]
     rows = _rows(sql, params)
     return _task(rows[0]) if rows else None
 
