@@ -144,6 +144,27 @@ def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
 
 
 @cache
+def _task_update_held_sql(vendor: str, names: tuple[str, ...]) -> str:
+    return (
+        f"{_task_update_sql(vendor, names)} AND {_col(Task, 'state')} = %s "
+        f"AND {_col(Task, 'lease_id')} = %s"
+    )
+
+
+def task_save_held(task: Task, fields: Sequence[str], *, lease_id: str) -> bool:
+    """``task_save(task, fields)`` while the task is claimed under ``lease_id``: whether it
+    was. On PostgreSQL the UPDATE waits for a concurrent writer of the row and checks its
+    condition again on what that one committed."""
+    names = tuple(fields)
+    params = [
+        field.get_db_prep_save(getattr(task, field.attname), connection)
+        for field in _task_fields(names)
+    ]
+    sql = _task_update_held_sql(connection.vendor, names)
+    return bool(_count(sql, [*params, task.pk, _CLAIMED, lease_id]))
+
+
+@cache
 def _task_insert(
     vendor: str, names: tuple[str, ...]
 ) -> tuple[str, tuple[Field[Any, Any], ...], tuple[Any, ...]]:

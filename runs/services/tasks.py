@@ -48,6 +48,7 @@ from ledger.interfaces import (
 from runs import lifecycle, observe, statements
 from runs.hooks import (
     HookFailure,
+    HookOutcome,
     completion_drafts,
     failure_drafts,
     release_pooled_connection,
@@ -350,7 +351,8 @@ def _build(
 
 
 class _LeaseMoved(Exception):
-    """The claim's lease ended before its build was recorded: the build is not kept."""
+    """The task's lease ended before what it was to record was written (a claim's build, a
+    completion): nothing of it is kept."""
 
 
 def agent_wire(agent: Mapping[str, JSON]) -> dict[str, JSON]:
@@ -487,11 +489,51 @@ def task_complete(
             details={"task_id": task_id, "state": failed.state},
             code="result_refused",
         )
-    with ledger.cluster_transaction(cluster_id) as writer:
-        held = _held_or_completed(task_id=task_id, lease_id=lease_id, scope=scope, body=body_hash)
-        if isinstance(held, Completion):
-            return held  # the same body completed it while the hook ran
-        task = held
+    try:
+        task, messages = _completion_write(
+            held, record, lease_id=lease_id, body=body_hash, outcome=outcome, usage=usage
+        )
+    except _LeaseMoved:
+        # Nothing was written. What moved it: the same body completing it while the hook ran
+        # (the same answer), or anything else (a conflict).
+        again = _held_or_completed(
+            task_id=task_id,
+            lease_id=lease_id,
+            scope=scope,
+            body=body_hash,
+            task=statements.task_by_id(task_id),
+        )
+        if isinstance(again, Completion):
+            return again
+        raise Conflict(  # held again under this lease: it cannot be, lease ids are not reused
+            f"the lease on task {task_id} moved during its completion",
+            details={"task_id": task_id, "state": again.state},
+        ) from None
+    done = Completion(task=task_record(task), messages=tuple(messages))
+    observe.task_completed.send(
+        None, completion=done, started_ns=started_ns, ended_ns=time.time_ns(), hook_ns=hook_span
+    )
+    return done
+
+
+def _completion_write(
+    task: Task,
+    record: TaskRecord,
+    *,
+    lease_id: str,
+    body: str,
+    outcome: HookOutcome,
+    usage: Mapping[str, JSON] | None,
+) -> tuple[Task, list[MessageRecord]]:
+    """Write a completion of ``task`` (as read before its hook ran, no lock): its messages and
+    its row in the cluster's transaction; ``_LeaseMoved`` (everything rolled back) when the row
+    is no longer claimed under ``lease_id``.
+
+    The row is not read again under a lock: its UPDATE is made only while the lease holds,
+    which checks the same thing in the same transaction. Nothing a claimed task's record shows
+    changes under one lease but its lease's end (a heartbeat), which the completion ends. The
+    row is written before the runner's, in the order a claim locks them."""
+    with ledger.cluster_transaction(task.cluster_id) as writer:
         # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
         completed, moved = task_moved(
             task,
@@ -499,10 +541,9 @@ def task_complete(
             now=ledger.now_ms(),
             result=outcome.result,
             usage=dict(usage) if usage else None,
-            completion_hash=body_hash,
+            completion_hash=body,
         )
         assert completed is not None
-        _runner_count(task.worker, "completed")
         drafts: list[MessageDraft] = []
         if usage:
             drafts.append(lifecycle.usage_draft(record, dict(usage)))
@@ -510,7 +551,9 @@ def task_complete(
         drafts.extend(outcome.drafts)
         messages = writer.append(drafts, now=ledger.now_ms())
         task.completion_messages = [m.id for m in messages]
-        statements.task_save(task, [*moved, "completion_messages"])
+        if not statements.task_save_held(task, [*moved, "completion_messages"], lease_id=lease_id):
+            raise _LeaseMoved
+        _runner_count(task.worker, "completed")
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
         if task.build_id is not None:
@@ -522,22 +565,16 @@ def task_complete(
                 finished_at=task.finished_at or ledger.now_ms(),
             )
         transaction.on_commit(tasks_changed.notify)
-    done = Completion(task=task_record(task), messages=tuple(messages))
-    observe.task_completed.send(
-        None, completion=done, started_ns=started_ns, ended_ns=time.time_ns(), hook_ns=hook_span
-    )
-    return done
+    return task, messages
 
 
 def _held_or_completed(
-    *, task_id: str, lease_id: str, scope: str | None, body: str, task: Task | None = None
+    *, task_id: str, lease_id: str, scope: str | None, body: str, task: Task | None
 ) -> Task | Completion:
-    """The task, locked, under ``lease_id``; or, when that body already completed it, what that
-    completion published. Checked under the row's lock, so that concurrent completions with one
-    body all get the same answer (SPEC §7.4); another body is a ``Conflict``. ``task``: the
-    row as the caller read it (no lock), for the checks made before the transaction."""
-    if task is None:
-        task = statements.task_by_id(task_id, lock=True)
+    """``task`` (the row as read, no lock) if it is held under ``lease_id``; or, when that body
+    already completed it, what that completion published; another body is a ``Conflict``.
+    Concurrent completions with one body all get the same answer (SPEC §7.4): only one of them
+    writes (``_completion_write`` checks the lease in its UPDATE), the others read it here."""
     if task is None or not task.completion_hash:
         return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
     if scope is not None and task.cluster_id != scope:
