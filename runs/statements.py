@@ -403,22 +403,26 @@ def unsettled_tasks(cluster_id: str) -> list[tuple[str, str]]:
 
 
 @cache
-def _buffered_sql(vendor: str) -> str:
+def _buffered_sql(vendor: str, agent: bool) -> str:
     b = BufferedTrigger
+    one = f"AND {_col(b, 'agent_id')} = %s " if agent else ""
     return (
         f"SELECT {_col(b, 'agent_id')}, {_col(b, 'message_id')}, {_col(b, 'topic')}, "
         f"{_col(b, 'message_sequence')}, {_col(b, 'id')} FROM {_table(b)} "
-        f"WHERE {_col(b, 'cluster')} = %s AND {_col(b, 'dropped')} = %s "
+        f"WHERE {_col(b, 'cluster')} = %s AND {_col(b, 'dropped')} = %s {one}"
         f"ORDER BY {_col(b, 'agent_id')} ASC, {_col(b, 'message_sequence')} ASC"
     )
 
 
-def buffered_triggers(cluster_id: str) -> list[tuple[str, str, str, int, int]]:
+def buffered_triggers(
+    cluster_id: str, *, agent_id: str | None = None
+) -> list[tuple[str, str, str, int, int]]:
     """(agent, message id, topic, sequence, row id) of the messages waiting in the cluster's
-    buffers, by agent then sequence."""
+    buffers (``agent_id``: in that agent's only), by agent then sequence."""
+    params: list[Any] = [cluster_id, False, *([] if agent_id is None else [agent_id])]
     return [
         (str(a), str(m), str(t), int(s), int(r))
-        for a, m, t, s, r in _rows(_buffered_sql(connection.vendor), [cluster_id, False])
+        for a, m, t, s, r in _rows(_buffered_sql(connection.vendor, agent_id is not None), params)
     ]
 
 

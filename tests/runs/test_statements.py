@@ -376,6 +376,10 @@ def test_the_trigger_stages_reads_are_the_orms() -> None:
         )
         assert statements.buffered_triggers(cluster_id) == list(waiting)
         for agent in ("a", "b", "z"):
+            assert statements.buffered_triggers(cluster_id, agent_id=agent) == list(
+                waiting.filter(agent_id=agent)
+            )
+        for agent in ("a", "b", "z"):
             tasks = Task.objects.filter(cluster_id=cluster_id, agent_id=agent)
             # (the newest iteration: the pipeline numbers an agent's tasks 1, 2, … so it is
             # their count; these tasks are numbered across agents to tell the two apart)
@@ -399,6 +403,8 @@ def test_the_trigger_stages_reads_of_tasks_seek_their_indexes() -> None:
             (statements._queued_before_sql(connection.vendor), ["c1", "a", "c1", "a", "m1"]),
         ],
     }
+    buffer = (statements._buffered_sql(connection.vendor, True), ["c1", False, "a"])
+    reads["trigger_buffer_order"] = [buffer]
     for index, statements_of in reads.items():
         for sql, params in statements_of:
             # when each is explained, then it reads its index, not the table's every row
