@@ -119,11 +119,10 @@ def task_claim(
     Leases that ran out are ended first (``tasks_expire``). A task whose build cannot be made
     (an agent config the engine refuses, a number its tables cannot hold) fails at once, with
     ``AGENT_ERROR``, and the next one is tried: one bad config never wedges the queue.
-    ``worker`` is recorded as seen first (``runner_seen``), whether or not a task is claimed.
+    ``worker`` is recorded as seen whether or not a task is claimed: with the claim it takes
+    (``_take``), or else on its own (``runner_seen``).
     """
     started_ns = time.time_ns()  # observe: the claim's span
-    if worker:
-        runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
     lease = _lease_seconds(lease_seconds)
     tasks_expire(now=ledger.now_ms())
     conductor_watchdogs_fire(now=ledger.now_ms())
@@ -134,9 +133,11 @@ def task_claim(
         labels=tuple(labels),
         providers=tuple(providers),
     )
-    for _ in range(20):
+    for attempt in range(20):
         taken = _take(wanted, lease=lease, worker=worker)
         if taken is None:
+            if worker and attempt == 0:
+                runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
             return None
         task, started_draft = taken
         cluster = ledger.cluster_get(cluster_id=task.cluster_id)
@@ -280,8 +281,8 @@ def claim_narrow(tasks: QuerySet[Task], wanted: _Wanted) -> QuerySet[Task]:
 
 def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, MessageDraft] | None:
     """Lock the oldest claimable task and give it a new lease, in one short transaction; the
-    task and its ``TASK_STARTED``, which the build records. The runner's claim count moves in
-    the same transaction."""
+    task and its ``TASK_STARTED``, which the build records. The runner is recorded as seen,
+    serving what it asked for, and its claim counted, in the same transaction."""
     with transaction.atomic(durable=True):
         now = ledger.now_ms()
         if wanted.labels:
@@ -311,7 +312,10 @@ def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, Mess
             worker=worker[:128],
         )
         if worker:
-            statements.runner_count(name=worker[:128], field="claimed", now=now)
+            labels, providers = _serves(dict(wanted.labels), wanted.providers)
+            statements.runner_claimed(
+                name=worker[:128], now=now, labels=labels, providers=providers
+            )
     assert started is not None
     return task_record(task), started
 
@@ -680,7 +684,7 @@ def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str
     read, and one upsert when it was not seen lately or serves something else now."""
     name = name[:128]
     now = ledger.now_ms()
-    serves = (dict(sorted(labels.items())), sorted(providers))
+    serves = _serves(labels, providers)
     row = statements.runner_seen_row(name)
     if row is not None and now - row[0] < RUNNER_SEEN_EVERY_MS and (row[1], row[2]) == serves:
         return
@@ -698,6 +702,13 @@ def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str
         unique_fields=["name"],
         update_fields=["last_seen_at", "labels", "providers"],
     )
+
+
+def _serves(
+    labels: Mapping[str, str], providers: Sequence[str]
+) -> tuple[dict[str, str], list[str]]:
+    """What a runner serves as its row keeps it: the labels and the providers, sorted."""
+    return dict(sorted(labels.items())), sorted(providers)
 
 
 def _runner_count(worker: str, field: str) -> None:

@@ -355,11 +355,14 @@ def test_a_batch_reads_the_buffers_it_touches_and_keeps_each_agents_order(
     for round_ in range(4):
         message_publish_batch(
             cluster_id=cid,
-            drafts=[MessageDraft(topic=f"GO_{name.upper()}", sender=f"r{round_}") for name in names],
+            drafts=[
+                MessageDraft(topic=f"GO_{name.upper()}", sender=f"r{round_}") for name in names
+            ],
         )
     # when one batch brings each of them one more (more agents than are read one by one)
     message_publish_batch(
-        cluster_id=cid, drafts=[MessageDraft(topic=f"GO_{name.upper()}", sender="r4") for name in names]
+        cluster_id=cid,
+        drafts=[MessageDraft(topic=f"GO_{name.upper()}", sender="r4") for name in names],
     )
     # then each buffer holds its two newest, the older ones dropped, as one agent's would
     senders = dict(Message.objects.filter(cluster_id=cid).values_list("message_id", "sender"))
