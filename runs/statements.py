@@ -233,14 +233,13 @@ def _claimable_sql(vendor: str, cluster: bool, agents: int, roles: int, provider
     """``claim_narrow(claimable(now), wanted).order_by("created_at", "id")`` for a claim
     without labels, its first row, locked (``SKIP LOCKED``) where the database can.
 
-    The candidates are the two kinds of claimable task, each read on an index of its state
-    (``task_cluster_state`` with a cluster, ``task_claimable`` without): the expired tasks and
-    the queue heads. One condition with an ``OR`` between them kept both planners on the
-    cluster's whole history. The candidates are few (an agent has at most one head), so all of
-    them are ordered and the first one not locked by another claim is taken, as before: a
-    candidate kept out of order by a limit of its own could be one that another claim holds.
-    The outer condition repeats the states so that PostgreSQL, rechecking a row another
-    claim moved meanwhile, skips one that is no longer claimable.
+    The candidates are the two kinds of claimable task, the expired tasks and the queue heads,
+    each read on an index that starts with its state (``task_claimable``, ``task_lease_expiry``
+    or ``task_cluster_state``; ``tests/runs/test_statements.py`` reads the plans). One condition
+    with an ``OR`` between them kept both planners on the cluster's whole history. The
+    candidates are few (an agent has at most one head), so all of them are ordered and the
+    first one not locked by another claim is taken, as before: a candidate kept out of order by
+    a limit of its own could be one that another claim holds.
     """
     t = "t"
 
