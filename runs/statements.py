@@ -228,40 +228,56 @@ def leases_lapsed(*, now: int, limit: int) -> list[Task]:
     return [_task(r) for r in _rows(_lapsed_sql(connection.vendor), [now, _CLAIMED, limit])]
 
 
+def _narrow(alias: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
+    """A claim's filters on the task ``alias``, each ``AND …``."""
+    where = []
+    if cluster:
+        where.append(f"{alias}.{_col(Task, 'cluster')} = %s")
+    if agents:
+        where.append(f"{alias}.{_col(Task, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
+    if roles:
+        where.append(f"{alias}.{_col(Task, 'role')} IN ({', '.join(['%s'] * roles)})")
+    if providers:
+        provider = f"{alias}.{_col(Task, 'provider')}"
+        where.append(f"({provider} = %s OR {provider} IN ({', '.join(['%s'] * providers)}))")
+    return "".join(f" AND {term}" for term in where)
+
+
 @cache
 def _claimable_sql(vendor: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
     """``claim_narrow(claimable(now), wanted).order_by("created_at", "id")`` for a claim
     without labels, its first row, locked (``SKIP LOCKED``) where the database can.
 
-    The candidates are the two kinds of claimable task, the expired tasks and the queue heads,
-    each read on an index that starts with its state (``task_claimable``, ``task_lease_expiry``
-    or ``task_cluster_state``; ``tests/runs/test_statements.py`` reads the plans). One condition
-    with an ``OR`` between them kept both planners on the cluster's whole history. The
-    candidates are few (an agent has at most one head), so all of them are ordered and the
-    first one not locked by another claim is taken, as before: a candidate kept out of order by
-    a limit of its own could be one that another claim holds.
+    Where rows are not locked (SQLite), the candidates are read as the two kinds of claimable
+    task, the expired tasks and the queue heads, each on an index that starts with its state
+    (``task_claimable``, ``task_lease_expiry``, ``task_cluster_state``, ``task_agent_queue``;
+    ``tests/runs/test_statements.py`` reads the plans): one condition with an ``OR`` between
+    them kept SQLite's planner on the cluster's whole history. Where rows are locked
+    (PostgreSQL), the statement is that one condition: its planner reads it by state, and
+    the two lookups, locked, made concurrent claims wait on each other (docs/decisions/0280).
     """
-    t = "t"
+    t, u = "t", "u"
 
     def col(alias: str, name: str) -> str:
         return f"{alias}.{_col(Task, name)}"
 
-    def narrow(alias: str) -> str:
-        where = []
-        if cluster:
-            where.append(f"{col(alias, 'cluster')} = %s")
-        if agents:
-            where.append(f"{col(alias, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
-        if roles:
-            where.append(f"{col(alias, 'role')} IN ({', '.join(['%s'] * roles)})")
-        if providers:
-            where.append(
-                f"({col(alias, 'provider')} = %s OR {col(alias, 'provider')} IN "
-                f"({', '.join(['%s'] * providers)}))"
-            )
-        return "".join(f" AND {term}" for term in where)
-
-    e, q, u = "e", "q", "u"
+    order = f"ORDER BY {col(t, 'created_at')} ASC, {col(t, 'id')} ASC LIMIT 1"
+    filters = _narrow(t, cluster, agents, roles, providers)
+    if connection.features.has_select_for_update:
+        ahead = (
+            f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'agent_id')} = {col(t, 'agent_id')} "
+            f"AND {col(u, 'cluster')} = {col(t, 'cluster')} AND ({col(u, 'state')} IN (%s, %s) "
+            f"OR ({col(u, 'created_at')} < {col(t, 'created_at')} AND {col(u, 'state')} = %s) "
+            f"OR ({col(u, 'created_at')} = {col(t, 'created_at')} "
+            f"AND {col(u, 'id')} < {col(t, 'id')} AND {col(u, 'state')} = %s))"
+        )
+        return (
+            f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} "
+            f"WHERE (({col(t, 'available_at')} <= %s AND {col(t, 'state')} = %s "
+            f"AND NOT EXISTS ({ahead})) OR {col(t, 'state')} = %s){filters} {order}"
+            + _lock(skip_locked=connection.features.has_select_for_update_skip_locked)
+        )
+    e, q = "e", "q"
     # Written with the states first, so that it is a seek of ``task_agent_queue``, not a read
     # of the agent's whole history.
     ahead = (
@@ -271,27 +287,17 @@ def _claimable_sql(vendor: str, cluster: bool, agents: int, roles: int, provider
         f"OR ({col(u, 'created_at')} = {col(q, 'created_at')} AND {col(u, 'id')} < {col(q, 'id')}))"
     )
     expired = (
-        f"SELECT {col(e, 'id')} FROM {_table(Task)} {e} WHERE {col(e, 'state')} = %s" + narrow(e)
+        f"SELECT {col(e, 'id')} FROM {_table(Task)} {e} WHERE {col(e, 'state')} = %s"
+        + _narrow(e, cluster, agents, roles, providers)
     )
     heads = (
         f"SELECT {col(q, 'id')} FROM {_table(Task)} {q} WHERE {col(q, 'state')} = %s "
-        f"AND {col(q, 'available_at')} <= %s{narrow(q)} AND NOT EXISTS ({ahead})"
-    )
-    # Where rows are locked, a row another claim moved meanwhile is checked again on the
-    # outer condition only (PostgreSQL's recheck): it repeats the states. SQLite's single
-    # writer needs no recheck, and the condition would lead its planner to read every
-    # queued task rather than the candidates.
-    recheck = (
-        f" AND ({col(t, 'state')} = %s OR ({col(t, 'state')} = %s "
-        f"AND {col(t, 'available_at')} <= %s))"
-        if connection.features.has_select_for_update
-        else ""
+        f"AND {col(q, 'available_at')} <= %s{_narrow(q, cluster, agents, roles, providers)} "
+        f"AND NOT EXISTS ({ahead})"
     )
     return (
         f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} "
-        f"WHERE {col(t, 'id')} IN ({expired} UNION ALL {heads}){recheck} "
-        f"ORDER BY {col(t, 'created_at')} ASC, {col(t, 'id')} ASC LIMIT 1"
-        + _lock(skip_locked=connection.features.has_select_for_update_skip_locked)
+        f"WHERE {col(t, 'id')} IN ({expired} UNION ALL {heads}) {order}"
     )
 
 
@@ -311,14 +317,28 @@ def claimable_first(
     narrow += [*agents, *roles]
     if providers:
         narrow += ["", *providers]
-    # In the statement's order: the expired tasks, the queue heads and the tasks ahead of one,
-    # the states again where the database rechecks them.
-    params: list[Any] = [_EXPIRED, *narrow, _QUEUED, now, *narrow]
-    params += [_QUEUED, _CLAIMED, _EXPIRED, _CLAIMED, _EXPIRED]
-    if connection.features.has_select_for_update:
-        params += [_EXPIRED, _QUEUED, now]
-    rows = _rows(sql, params)
+    rows = _rows(sql, claimable_params(now=now, narrow=narrow))
     return _task(rows[0]) if rows else None
+
+
+def claimable_params(*, now: int, narrow: Sequence[Any]) -> list[Any]:
+    """``_claimable_sql``'s parameters, in its order, ``narrow`` those of the claim's filters."""
+    if connection.features.has_select_for_update:
+        # the queue head, the tasks ahead of it, an expired task; the filters
+        return [now, _QUEUED, _CLAIMED, _EXPIRED, _QUEUED, _QUEUED, _EXPIRED, *narrow]
+    # the expired tasks, the queue heads and the tasks ahead of one
+    return [
+        _EXPIRED,
+        *narrow,
+        _QUEUED,
+        now,
+        *narrow,
+        _QUEUED,
+        _CLAIMED,
+        _EXPIRED,
+        _CLAIMED,
+        _EXPIRED,
+    ]
 
 
 # --- runners ---------------------------------------------------------------------------------

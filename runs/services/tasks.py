@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
@@ -187,12 +187,23 @@ def claimable(*, now: int) -> QuerySet[Task]:
     """Tasks a worker may take now: the head of each agent's queue, or a lease that ended.
 
     An agent runs one task at a time, in the order its triggers came (SPEC §7.3): a queued task
-    waits while its agent has a claimed task or an older queued one. The two kinds are read
-    apart, each on an index of its state, as ``statements.claimable_first`` reads them: one
-    condition with an ``OR`` between them read the whole history of the tasks' clusters. The
-    outer condition repeats the states for PostgreSQL's recheck of a row locked after another
-    claim moved it.
+    waits while its agent has a claimed task or an older queued one. Where rows are not locked
+    (SQLite) the two kinds are read apart, each on an index of its state, as
+    ``statements.claimable_first`` reads them: one condition with an ``OR`` between them read
+    the whole history of the tasks' clusters there (docs/decisions/0280).
     """
+    if connection.features.has_select_for_update:
+        ahead = Task.objects.filter(
+            cluster_id=OuterRef("cluster_id"), agent_id=OuterRef("agent_id")
+        ).filter(
+            Q(state__in=(TaskState.CLAIMED, TaskState.EXPIRED))
+            | Q(state=TaskState.QUEUED, created_at__lt=OuterRef("created_at"))
+            | Q(state=TaskState.QUEUED, created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
+        )
+        return Task.objects.filter(
+            (Q(state=TaskState.QUEUED, available_at__lte=now) & ~Exists(ahead))
+            | Q(state=TaskState.EXPIRED)
+        )
     ahead = Task.objects.filter(
         cluster_id=OuterRef("cluster_id"),
         agent_id=OuterRef("agent_id"),
@@ -208,10 +219,7 @@ def claimable(*, now: int) -> QuerySet[Task]:
         .filter(~Exists(ahead))
         .values("id")
     )
-    return Task.objects.filter(
-        Q(state=TaskState.EXPIRED) | Q(state=TaskState.QUEUED, available_at__lte=now),
-        id__in=expired.union(heads, all=True),
-    )
+    return Task.objects.filter(id__in=expired.union(heads, all=True))
 
 
 def tasks_expire(*, now: int) -> int:
