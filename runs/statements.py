@@ -144,6 +144,27 @@ def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
 
 
 @cache
+def _task_update_held_sql(vendor: str, names: tuple[str, ...]) -> str:
+    return (
+        f"{_task_update_sql(vendor, names)} AND {_col(Task, 'state')} = %s "
+        f"AND {_col(Task, 'lease_id')} = %s"
+    )
+
+
+def task_save_held(task: Task, fields: Sequence[str], *, lease_id: str) -> bool:
+    """``task_save(task, fields)`` while the task is claimed under ``lease_id``: whether it
+    was. On PostgreSQL the UPDATE waits for a concurrent writer of the row and checks its
+    condition again on what that one committed."""
+    names = tuple(fields)
+    params = [
+        field.get_db_prep_save(getattr(task, field.attname), connection)
+        for field in _task_fields(names)
+    ]
+    sql = _task_update_held_sql(connection.vendor, names)
+    return bool(_count(sql, [*params, task.pk, _CLAIMED, lease_id]))
+
+
+@cache
 def _task_insert(
     vendor: str, names: tuple[str, ...]
 ) -> tuple[str, tuple[Field[Any, Any], ...], tuple[Any, ...]]:
@@ -207,41 +228,76 @@ def leases_lapsed(*, now: int, limit: int) -> list[Task]:
     return [_task(r) for r in _rows(_lapsed_sql(connection.vendor), [now, _CLAIMED, limit])]
 
 
+def _narrow(alias: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
+    """A claim's filters on the task ``alias``, each ``AND …``."""
+    where = []
+    if cluster:
+        where.append(f"{alias}.{_col(Task, 'cluster')} = %s")
+    if agents:
+        where.append(f"{alias}.{_col(Task, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
+    if roles:
+        where.append(f"{alias}.{_col(Task, 'role')} IN ({', '.join(['%s'] * roles)})")
+    if providers:
+        provider = f"{alias}.{_col(Task, 'provider')}"
+        where.append(f"({provider} = %s OR {provider} IN ({', '.join(['%s'] * providers)}))")
+    return "".join(f" AND {term}" for term in where)
+
+
 @cache
 def _claimable_sql(vendor: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
     """``claim_narrow(claimable(now), wanted).order_by("created_at", "id")`` for a claim
-    without labels, its first row, locked (``SKIP LOCKED``) where the database can."""
+    without labels, its first row, locked (``SKIP LOCKED``) where the database can.
+
+    Where rows are not locked (SQLite), the candidates are read as the two kinds of claimable
+    task, the expired tasks and the queue heads, each on an index that starts with its state
+    (``task_claimable``, ``task_lease_expiry``, ``task_cluster_state``, ``task_agent_queue``;
+    ``tests/runs/test_statements.py`` reads the plans): one condition with an ``OR`` between
+    them kept SQLite's planner on the cluster's whole history. Where rows are locked
+    (PostgreSQL), the statement is that one condition: its planner reads it by state, and
+    the two lookups, locked, made concurrent claims wait on each other (docs/decisions/0280).
+    """
     t, u = "t", "u"
 
     def col(alias: str, name: str) -> str:
         return f"{alias}.{_col(Task, name)}"
 
-    ahead = (
-        f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'agent_id')} = {col(t, 'agent_id')} "
-        f"AND {col(u, 'cluster')} = {col(t, 'cluster')} AND ({col(u, 'state')} IN (%s, %s) "
-        f"OR ({col(u, 'created_at')} < {col(t, 'created_at')} AND {col(u, 'state')} = %s) "
-        f"OR ({col(u, 'created_at')} = {col(t, 'created_at')} AND {col(u, 'id')} < {col(t, 'id')} "
-        f"AND {col(u, 'state')} = %s))"
-    )
-    where = [
-        f"(({col(t, 'available_at')} <= %s AND {col(t, 'state')} = %s AND NOT EXISTS ({ahead})) "
-        f"OR {col(t, 'state')} = %s)"
-    ]
-    if cluster:
-        where.append(f"{col(t, 'cluster')} = %s")
-    if agents:
-        where.append(f"{col(t, 'agent_id')} IN ({', '.join(['%s'] * agents)})")
-    if roles:
-        where.append(f"{col(t, 'role')} IN ({', '.join(['%s'] * roles)})")
-    if providers:
-        where.append(
-            f"({col(t, 'provider')} = %s OR {col(t, 'provider')} IN "
-            f"({', '.join(['%s'] * providers)}))"
+    order = f"ORDER BY {col(t, 'created_at')} ASC, {col(t, 'id')} ASC LIMIT 1"
+    filters = _narrow(t, cluster, agents, roles, providers)
+    if connection.features.has_select_for_update:
+        ahead = (
+            f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'agent_id')} = {col(t, 'agent_id')} "
+            f"AND {col(u, 'cluster')} = {col(t, 'cluster')} AND ({col(u, 'state')} IN (%s, %s) "
+            f"OR ({col(u, 'created_at')} < {col(t, 'created_at')} AND {col(u, 'state')} = %s) "
+            f"OR ({col(u, 'created_at')} = {col(t, 'created_at')} "
+            f"AND {col(u, 'id')} < {col(t, 'id')} AND {col(u, 'state')} = %s))"
         )
+        return (
+            f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} "
+            f"WHERE (({col(t, 'available_at')} <= %s AND {col(t, 'state')} = %s "
+            f"AND NOT EXISTS ({ahead})) OR {col(t, 'state')} = %s){filters} {order}"
+            + _lock(skip_locked=connection.features.has_select_for_update_skip_locked)
+        )
+    e, q = "e", "q"
+    # Written with the states first, so that it is a seek of ``task_agent_queue``, not a read
+    # of the agent's whole history.
+    ahead = (
+        f"SELECT 1 FROM {_table(Task)} {u} WHERE {col(u, 'cluster')} = {col(q, 'cluster')} "
+        f"AND {col(u, 'agent_id')} = {col(q, 'agent_id')} AND {col(u, 'state')} IN (%s, %s, %s) "
+        f"AND ({col(u, 'state')} IN (%s, %s) OR {col(u, 'created_at')} < {col(q, 'created_at')} "
+        f"OR ({col(u, 'created_at')} = {col(q, 'created_at')} AND {col(u, 'id')} < {col(q, 'id')}))"
+    )
+    expired = (
+        f"SELECT {col(e, 'id')} FROM {_table(Task)} {e} WHERE {col(e, 'state')} = %s"
+        + _narrow(e, cluster, agents, roles, providers)
+    )
+    heads = (
+        f"SELECT {col(q, 'id')} FROM {_table(Task)} {q} WHERE {col(q, 'state')} = %s "
+        f"AND {col(q, 'available_at')} <= %s{_narrow(q, cluster, agents, roles, providers)} "
+        f"AND NOT EXISTS ({ahead})"
+    )
     return (
-        f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} WHERE {' AND '.join(where)} "
-        f"ORDER BY {col(t, 'created_at')} ASC, {col(t, 'id')} ASC LIMIT 1"
-        + _lock(skip_locked=connection.features.has_select_for_update_skip_locked)
+        f"SELECT {_task_columns(vendor, t)} FROM {_table(Task)} {t} "
+        f"WHERE {col(t, 'id')} IN ({expired} UNION ALL {heads}) {order}"
     )
 
 
@@ -257,15 +313,32 @@ def claimable_first(
     sql = _claimable_sql(
         connection.vendor, cluster_id is not None, len(agents), len(roles), len(providers)
     )
-    # In the statement's order: the queued head, the tasks ahead of it, an expired lease.
-    params: list[Any] = [now, _QUEUED, _CLAIMED, _EXPIRED, _QUEUED, _QUEUED, _EXPIRED]
-    if cluster_id is not None:
-        params.append(cluster_id)
-    params += [*agents, *roles]
+    narrow: list[Any] = [] if cluster_id is None else [cluster_id]
+    narrow += [*agents, *roles]
     if providers:
-        params += ["", *providers]
-    rows = _rows(sql, params)
+        narrow += ["", *providers]
+    rows = _rows(sql, claimable_params(now=now, narrow=narrow))
     return _task(rows[0]) if rows else None
+
+
+def claimable_params(*, now: int, narrow: Sequence[Any]) -> list[Any]:
+    """``_claimable_sql``'s parameters, in its order, ``narrow`` those of the claim's filters."""
+    if connection.features.has_select_for_update:
+        # the queue head, the tasks ahead of it, an expired task; the filters
+        return [now, _QUEUED, _CLAIMED, _EXPIRED, _QUEUED, _QUEUED, _EXPIRED, *narrow]
+    # the expired tasks, the queue heads and the tasks ahead of one
+    return [
+        _EXPIRED,
+        *narrow,
+        _QUEUED,
+        now,
+        *narrow,
+        _QUEUED,
+        _CLAIMED,
+        _EXPIRED,
+        _CLAIMED,
+        _EXPIRED,
+    ]
 
 
 # --- runners ---------------------------------------------------------------------------------
@@ -291,6 +364,38 @@ def runner_seen_row(name: str) -> tuple[int, Any, Any] | None:
         fields[0].from_db_value(labels, None, connection),
         fields[1].from_db_value(providers, None, connection),
     )
+
+
+@cache
+def _runner_claimed_sql(vendor: str) -> str:
+    r, name, seen = _table(Runner), _col(Runner, "name"), _col(Runner, "last_seen_at")
+    labels, providers, claimed = (
+        _col(Runner, "labels"),
+        _col(Runner, "providers"),
+        _col(Runner, "claimed"),
+    )
+    columns = [name, _col(Runner, "first_seen_at"), seen, labels, providers, claimed]
+    columns += [_col(Runner, "completed"), _col(Runner, "failed")]
+    return (
+        f"INSERT INTO {r} ({', '.join(columns)}) VALUES (%s, %s, %s, %s, %s, 1, 0, 0) "
+        f"ON CONFLICT ({name}) DO UPDATE SET {seen} = EXCLUDED.{seen}, "
+        f"{labels} = EXCLUDED.{labels}, {providers} = EXCLUDED.{providers}, "
+        f"{claimed} = {r}.{claimed} + 1"
+    )
+
+
+def runner_claimed(*, name: str, now: int, labels: Any, providers: Any) -> None:
+    """The runner claimed a task ``now``, serving ``labels`` and ``providers``: its row made or
+    brought up to date, one more claim counted, in one statement."""
+    fields = cast(Any, (_field(Runner, "labels"), _field(Runner, "providers")))
+    params = [
+        name,
+        now,
+        now,
+        fields[0].get_db_prep_save(labels, connection),
+        fields[1].get_db_prep_save(providers, connection),
+    ]
+    _count(_runner_claimed_sql(connection.vendor), params)
 
 
 @cache
@@ -349,22 +454,26 @@ def unsettled_tasks(cluster_id: str) -> list[tuple[str, str]]:
 
 
 @cache
-def _buffered_sql(vendor: str) -> str:
+def _buffered_sql(vendor: str, agent: bool) -> str:
     b = BufferedTrigger
+    one = f"AND {_col(b, 'agent_id')} = %s " if agent else ""
     return (
         f"SELECT {_col(b, 'agent_id')}, {_col(b, 'message_id')}, {_col(b, 'topic')}, "
         f"{_col(b, 'message_sequence')}, {_col(b, 'id')} FROM {_table(b)} "
-        f"WHERE {_col(b, 'cluster')} = %s AND {_col(b, 'dropped')} = %s "
+        f"WHERE {_col(b, 'cluster')} = %s AND {_col(b, 'dropped')} = %s {one}"
         f"ORDER BY {_col(b, 'agent_id')} ASC, {_col(b, 'message_sequence')} ASC"
     )
 
 
-def buffered_triggers(cluster_id: str) -> list[tuple[str, str, str, int, int]]:
+def buffered_triggers(
+    cluster_id: str, *, agent_id: str | None = None
+) -> list[tuple[str, str, str, int, int]]:
     """(agent, message id, topic, sequence, row id) of the messages waiting in the cluster's
-    buffers, by agent then sequence."""
+    buffers (``agent_id``: in that agent's only), by agent then sequence."""
+    params: list[Any] = [cluster_id, False, *([] if agent_id is None else [agent_id])]
     return [
         (str(a), str(m), str(t), int(s), int(r))
-        for a, m, t, s, r in _rows(_buffered_sql(connection.vendor), [cluster_id, False])
+        for a, m, t, s, r in _rows(_buffered_sql(connection.vendor, agent_id is not None), params)
     ]
 
 

@@ -18,6 +18,8 @@ from runs.states import TaskEvent, tasks_move
 _QUEUED = TaskState.QUEUED.value  # a plain string: database drivers adapt exact types
 # Triggers kept while an agent is busy (SPEC §7.3); past it the oldest waiting one is dropped.
 BUFFER_LIMIT = 200
+# A batch reads this many agents' buffers one by one; the next agent's read takes all the rest.
+BUFFERS_READ_ALONE = 3
 
 
 class TriggerRef(Protocol):
@@ -101,7 +103,8 @@ class AgentTurns:
             self._open.setdefault(agent, set()).add(open_id)
         self._had: dict[str, int] = {}  # tasks before the batch, per agent asked about
         self._queued: Counter[str] = Counter()  # tasks the batch queues
-        self._buffered: dict[str, deque[Buffered]] | None = None
+        self._buffered: dict[str, deque[Buffered]] = {}  # the buffers read, per agent
+        self._buffers_read = False  # every agent's buffer has been read
 
     def busy(self, agent_id: str) -> bool:
         return bool(self._open.get(agent_id)) or self._queued[agent_id] > 0
@@ -128,17 +131,32 @@ class AgentTurns:
         return True
 
     def buffered(self, agent_id: str) -> deque[Buffered]:
-        """The messages waiting for the agent, oldest first (all buffers read at once)."""
-        if self._buffered is None:
-            self._buffered = {}
-            for agent, message_id, topic, sequence, row_id in statements.buffered_triggers(
-                self.cluster_id
-            ):
-                entry = Buffered(
-                    agent_id=agent, id=message_id, topic=topic, sequence=sequence, row=row_id
-                )
-                self._buffered.setdefault(agent, deque()).append(entry)
-        return self._buffered.setdefault(agent_id, deque())
+        """The messages waiting for the agent, oldest first.
+
+        A batch usually touches the buffers of one or two agents (a task's end, a trigger for a
+        busy agent): each is read alone, one seek of ``trigger_buffer_order``, not every
+        agent's buffer of the cluster. A batch that touches more reads the rest at once."""
+        if agent_id in self._buffered:
+            return self._buffered[agent_id]
+        if self._buffers_read:
+            return self._buffered.setdefault(agent_id, deque())
+        if len(self._buffered) < BUFFERS_READ_ALONE:
+            rows = statements.buffered_triggers(self.cluster_id, agent_id=agent_id)
+        else:
+            # The buffers read before may have moved in memory: they are kept as they are.
+            rows = [
+                row
+                for row in statements.buffered_triggers(self.cluster_id)
+                if row[0] not in self._buffered
+            ]
+            self._buffers_read = True
+        waiting = self._buffered.setdefault(agent_id, deque())
+        for agent, message_id, topic, sequence, row_id in rows:
+            entry = Buffered(
+                agent_id=agent, id=message_id, topic=topic, sequence=sequence, row=row_id
+            )
+            self._buffered.setdefault(agent, deque()).append(entry)
+        return waiting
 
 
 def agent_turns(*, cluster_id: str) -> AgentTurns:

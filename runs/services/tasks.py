@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
@@ -48,6 +48,7 @@ from ledger.interfaces import (
 from runs import lifecycle, observe, statements
 from runs.hooks import (
     HookFailure,
+    HookOutcome,
     completion_drafts,
     failure_drafts,
     release_pooled_connection,
@@ -118,11 +119,10 @@ def task_claim(
     Leases that ran out are ended first (``tasks_expire``). A task whose build cannot be made
     (an agent config the engine refuses, a number its tables cannot hold) fails at once, with
     ``AGENT_ERROR``, and the next one is tried: one bad config never wedges the queue.
-    ``worker`` is recorded as seen first (``runner_seen``), whether or not a task is claimed.
+    ``worker`` is recorded as seen whether or not a task is claimed: with the claim it takes
+    (``_take``), or else on its own (``runner_seen``).
     """
     started_ns = time.time_ns()  # observe: the claim's span
-    if worker:
-        runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
     lease = _lease_seconds(lease_seconds)
     tasks_expire(now=ledger.now_ms())
     conductor_watchdogs_fire(now=ledger.now_ms())
@@ -133,9 +133,11 @@ def task_claim(
         labels=tuple(labels),
         providers=tuple(providers),
     )
-    for _ in range(20):
+    for attempt in range(20):
         taken = _take(wanted, lease=lease, worker=worker)
         if taken is None:
+            if worker and attempt == 0:
+                runner_seen(name=worker, labels=dict(labels), providers=tuple(providers))
             return None
         task, started_draft = taken
         cluster = ledger.cluster_get(cluster_id=task.cluster_id)
@@ -185,19 +187,39 @@ def claimable(*, now: int) -> QuerySet[Task]:
     """Tasks a worker may take now: the head of each agent's queue, or a lease that ended.
 
     An agent runs one task at a time, in the order its triggers came (SPEC §7.3): a queued task
-    waits while its agent has a claimed task or an older queued one.
+    waits while its agent has a claimed task or an older queued one. Where rows are not locked
+    (SQLite) the two kinds are read apart, each on an index of its state, as
+    ``statements.claimable_first`` reads them: one condition with an ``OR`` between them read
+    the whole history of the tasks' clusters there (docs/decisions/0280).
     """
+    if connection.features.has_select_for_update:
+        ahead = Task.objects.filter(
+            cluster_id=OuterRef("cluster_id"), agent_id=OuterRef("agent_id")
+        ).filter(
+            Q(state__in=(TaskState.CLAIMED, TaskState.EXPIRED))
+            | Q(state=TaskState.QUEUED, created_at__lt=OuterRef("created_at"))
+            | Q(state=TaskState.QUEUED, created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
+        )
+        return Task.objects.filter(
+            (Q(state=TaskState.QUEUED, available_at__lte=now) & ~Exists(ahead))
+            | Q(state=TaskState.EXPIRED)
+        )
     ahead = Task.objects.filter(
-        cluster_id=OuterRef("cluster_id"), agent_id=OuterRef("agent_id")
+        cluster_id=OuterRef("cluster_id"),
+        agent_id=OuterRef("agent_id"),
+        state__in=(TaskState.QUEUED, TaskState.CLAIMED, TaskState.EXPIRED),
     ).filter(
         Q(state__in=(TaskState.CLAIMED, TaskState.EXPIRED))
-        | Q(state=TaskState.QUEUED, created_at__lt=OuterRef("created_at"))
-        | Q(state=TaskState.QUEUED, created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
+        | Q(created_at__lt=OuterRef("created_at"))
+        | Q(created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
     )
-    return Task.objects.filter(
-        (Q(state=TaskState.QUEUED, available_at__lte=now) & ~Exists(ahead))
-        | Q(state=TaskState.EXPIRED)
+    expired = Task.objects.filter(state=TaskState.EXPIRED).values("id")
+    heads = (
+        Task.objects.filter(state=TaskState.QUEUED, available_at__lte=now)
+        .filter(~Exists(ahead))
+        .values("id")
     )
+    return Task.objects.filter(id__in=expired.union(heads, all=True))
 
 
 def tasks_expire(*, now: int) -> int:
@@ -267,8 +289,8 @@ def claim_narrow(tasks: QuerySet[Task], wanted: _Wanted) -> QuerySet[Task]:
 
 def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, MessageDraft] | None:
     """Lock the oldest claimable task and give it a new lease, in one short transaction; the
-    task and its ``TASK_STARTED``, which the build records. The runner's claim count moves in
-    the same transaction."""
+    task and its ``TASK_STARTED``, which the build records. The runner is recorded as seen,
+    serving what it asked for, and its claim counted, in the same transaction."""
     with transaction.atomic(durable=True):
         now = ledger.now_ms()
         if wanted.labels:
@@ -298,7 +320,10 @@ def _take(wanted: _Wanted, *, lease: int, worker: str) -> tuple[TaskRecord, Mess
             worker=worker[:128],
         )
         if worker:
-            statements.runner_count(name=worker[:128], field="claimed", now=now)
+            labels, providers = _serves(dict(wanted.labels), wanted.providers)
+            statements.runner_claimed(
+                name=worker[:128], now=now, labels=labels, providers=providers
+            )
     assert started is not None
     return task_record(task), started
 
@@ -338,7 +363,8 @@ def _build(
 
 
 class _LeaseMoved(Exception):
-    """The claim's lease ended before its build was recorded: the build is not kept."""
+    """The task's lease ended before what it was to record was written (a claim's build, a
+    completion): nothing of it is kept."""
 
 
 def agent_wire(agent: Mapping[str, JSON]) -> dict[str, JSON]:
@@ -475,11 +501,51 @@ def task_complete(
             details={"task_id": task_id, "state": failed.state},
             code="result_refused",
         )
-    with ledger.cluster_transaction(cluster_id) as writer:
-        held = _held_or_completed(task_id=task_id, lease_id=lease_id, scope=scope, body=body_hash)
-        if isinstance(held, Completion):
-            return held  # the same body completed it while the hook ran
-        task = held
+    try:
+        task, messages = _completion_write(
+            held, record, lease_id=lease_id, body=body_hash, outcome=outcome, usage=usage
+        )
+    except _LeaseMoved:
+        # Nothing was written. What moved it: the same body completing it while the hook ran
+        # (the same answer), or anything else (a conflict).
+        again = _held_or_completed(
+            task_id=task_id,
+            lease_id=lease_id,
+            scope=scope,
+            body=body_hash,
+            task=statements.task_by_id(task_id),
+        )
+        if isinstance(again, Completion):
+            return again
+        raise Conflict(  # held again under this lease: it cannot be, lease ids are not reused
+            f"the lease on task {task_id} moved during its completion",
+            details={"task_id": task_id, "state": again.state},
+        ) from None
+    done = Completion(task=task_record(task), messages=tuple(messages))
+    observe.task_completed.send(
+        None, completion=done, started_ns=started_ns, ended_ns=time.time_ns(), hook_ns=hook_span
+    )
+    return done
+
+
+def _completion_write(
+    task: Task,
+    record: TaskRecord,
+    *,
+    lease_id: str,
+    body: str,
+    outcome: HookOutcome,
+    usage: Mapping[str, JSON] | None,
+) -> tuple[Task, list[MessageRecord]]:
+    """Write a completion of ``task`` (as read before its hook ran, no lock): its messages and
+    its row in the cluster's transaction; ``_LeaseMoved`` (everything rolled back) when the row
+    is no longer claimed under ``lease_id``.
+
+    The row is not read again under a lock: its UPDATE is made only while the lease holds,
+    which checks the same thing in the same transaction. Nothing a claimed task's record shows
+    changes under one lease but its lease's end (a heartbeat), which the completion ends. The
+    row is written before the runner's, in the order a claim locks them."""
+    with ledger.cluster_transaction(task.cluster_id) as writer:
         # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
         completed, moved = task_moved(
             task,
@@ -487,10 +553,9 @@ def task_complete(
             now=ledger.now_ms(),
             result=outcome.result,
             usage=dict(usage) if usage else None,
-            completion_hash=body_hash,
+            completion_hash=body,
         )
         assert completed is not None
-        _runner_count(task.worker, "completed")
         drafts: list[MessageDraft] = []
         if usage:
             drafts.append(lifecycle.usage_draft(record, dict(usage)))
@@ -498,7 +563,9 @@ def task_complete(
         drafts.extend(outcome.drafts)
         messages = writer.append(drafts, now=ledger.now_ms())
         task.completion_messages = [m.id for m in messages]
-        statements.task_save(task, [*moved, "completion_messages"])
+        if not statements.task_save_held(task, [*moved, "completion_messages"], lease_id=lease_id):
+            raise _LeaseMoved
+        _runner_count(task.worker, "completed")
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
         if task.build_id is not None:
@@ -510,22 +577,16 @@ def task_complete(
                 finished_at=task.finished_at or ledger.now_ms(),
             )
         transaction.on_commit(tasks_changed.notify)
-    done = Completion(task=task_record(task), messages=tuple(messages))
-    observe.task_completed.send(
-        None, completion=done, started_ns=started_ns, ended_ns=time.time_ns(), hook_ns=hook_span
-    )
-    return done
+    return task, messages
 
 
 def _held_or_completed(
-    *, task_id: str, lease_id: str, scope: str | None, body: str, task: Task | None = None
+    *, task_id: str, lease_id: str, scope: str | None, body: str, task: Task | None
 ) -> Task | Completion:
-    """The task, locked, under ``lease_id``; or, when that body already completed it, what that
-    completion published. Checked under the row's lock, so that concurrent completions with one
-    body all get the same answer (SPEC §7.4); another body is a ``Conflict``. ``task``: the
-    row as the caller read it (no lock), for the checks made before the transaction."""
-    if task is None:
-        task = statements.task_by_id(task_id, lock=True)
+    """``task`` (the row as read, no lock) if it is held under ``lease_id``; or, when that body
+    already completed it, what that completion published; another body is a ``Conflict``.
+    Concurrent completions with one body all get the same answer (SPEC §7.4): only one of them
+    writes (``_completion_write`` checks the lease in its UPDATE), the others read it here."""
     if task is None or not task.completion_hash:
         return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
     if scope is not None and task.cluster_id != scope:
@@ -631,7 +692,7 @@ def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str
     read, and one upsert when it was not seen lately or serves something else now."""
     name = name[:128]
     now = ledger.now_ms()
-    serves = (dict(sorted(labels.items())), sorted(providers))
+    serves = _serves(labels, providers)
     row = statements.runner_seen_row(name)
     if row is not None and now - row[0] < RUNNER_SEEN_EVERY_MS and (row[1], row[2]) == serves:
         return
@@ -649,6 +710,13 @@ def runner_seen(*, name: str, labels: Mapping[str, str], providers: Sequence[str
         unique_fields=["name"],
         update_fields=["last_seen_at", "labels", "providers"],
     )
+
+
+def _serves(
+    labels: Mapping[str, str], providers: Sequence[str]
+) -> tuple[dict[str, str], list[str]]:
+    """What a runner serves as its row keeps it: the labels and the providers, sorted."""
+    return dict(sorted(labels.items())), sorted(providers)
 
 
 def _runner_count(worker: str, field: str) -> None:

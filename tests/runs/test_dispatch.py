@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from context.agents import Trigger
 from context.completion import running_agents
@@ -20,13 +21,15 @@ from ledger.interfaces import (
     cluster_get,
     message_import_batch,
     message_publish,
+    message_publish_batch,
     message_query,
 )
+from ledger.models import Message
 from ledger.pipeline import pipeline
 from runs.dispatch import dispatcher, trigger_index
 from runs.models import BufferedTrigger, Task
 from runs.selectors import agent_activity
-from runs.services import queue
+from runs.services import queue, task_claim, task_complete
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -340,6 +343,50 @@ def test_a_full_buffer_drops_its_oldest_trigger_and_counts_it(
     assert ran[2] is None
     go = {m.id: m.data["n"] for m in message_query(cluster_id=cid, where=MessageFilter(topic="GO"))}
     assert [go[t["triggering_message"]["id"]] for t in ran[:2] if t] == [2, 3]
+
+
+def test_a_batch_reads_the_buffers_it_touches_and_keeps_each_agents_order(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given five busy agents, each with a full buffer of two (one older trigger dropped)
+    monkeypatch.setattr(queue, "BUFFER_LIMIT", 2)
+    names = [f"w{n}" for n in range(5)]
+    cid = running(*(agent(name, {"topic": f"GO_{name.upper()}"}) for name in names))
+    for round_ in range(4):
+        message_publish_batch(
+            cluster_id=cid,
+            drafts=[
+                MessageDraft(topic=f"GO_{name.upper()}", sender=f"r{round_}") for name in names
+            ],
+        )
+    # when one batch brings each of them one more (more agents than are read one by one)
+    message_publish_batch(
+        cluster_id=cid,
+        drafts=[MessageDraft(topic=f"GO_{name.upper()}", sender="r4") for name in names],
+    )
+    # then each buffer holds its two newest, the older ones dropped, as one agent's would
+    senders = dict(Message.objects.filter(cluster_id=cid).values_list("message_id", "sender"))
+    for name in names:
+        rows = BufferedTrigger.objects.filter(cluster_id=cid, agent_id=name)
+        kept = [
+            senders[r.message_id] for r in rows.filter(dropped=False).order_by("message_sequence")
+        ]
+        assert kept == ["r3", "r4"]
+        assert sorted(senders[r.message_id] for r in rows.filter(dropped=True)) == ["r1", "r2"]
+    # and when one agent's task ends, its pipeline turn reads that agent's buffer alone
+    claim = task_claim(cluster_id=cid, agents=["w2"])
+    assert claim is not None
+    with CaptureQueriesContext(connection) as completing:
+        task_complete(task_id=claim.task.id, lease_id=claim.task.lease_id, result={})
+    reads = [
+        q["sql"]
+        for q in completing.captured_queries
+        if q["sql"].startswith("SELECT") and BufferedTrigger._meta.db_table in q["sql"]
+    ]
+    assert len(reads) == 1, reads
+    assert "'w2'" in reads[0], reads
+    next_task = Task.objects.filter(agent_id="w2", state="queued").get()
+    assert senders[next_task.trigger_message_id] == "r3"
 
 
 def test_the_buffer_outlives_the_process_that_kept_it(api: Any, db: None) -> None:

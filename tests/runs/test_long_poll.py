@@ -130,10 +130,13 @@ def test_a_claim_records_its_runner_once_before_it_claims(
 
     # when a worker claims, waiting or not
     claimed = asyncio.run(claim())
-    # then its runner was read once when it did not wait (the claim records it), and once
-    # more when it did (before the wait, then by the claim that followed)
+    # then its runner was not read when it did not wait (the claim that takes a task records
+    # it in the same statement that counts the claim), and read once when it did (before
+    # the wait)
     runner = connection.ops.quote_name(Runner._meta.db_table)
     reads = [sql for sql in statements if sql.startswith("SELECT") and runner in sql]
     assert claimed is not None
-    assert len(reads) == (2 if waits else 1)
+    assert len(reads) == (1 if waits else 0)
+    writes = [sql for sql in statements if sql.startswith("INSERT") and runner in sql]
+    assert len(writes) == (1 if waits else 0) + 1
     assert Runner.objects.get(name="r1").claimed == 1

@@ -234,6 +234,25 @@ def test_a_runner_claiming_anew_is_seen_again_with_what_it_serves_now(api: ApiCl
     assert list(Runner.objects.values_list("name", flat=True)) == ["w"]
 
 
+def test_a_runner_that_claims_tasks_is_recorded_with_what_each_claim_serves(
+    api: ApiClient,
+) -> None:
+    # given two tasks, and a runner never seen before
+    queued("demo", agent("a"), agent("b"), labels={"pool": "demo"})
+    # when it claims one serving some providers, then the other, at once, serving others
+    first = {"wait": 0, "worker": "w", "labels": {"pool": "demo"}, "providers": ["codex"]}
+    assert api.post(CLAIM, first).status_code == 200
+    made = Runner.objects.get(name="w")
+    second = {**first, "labels": {}, "providers": ["gemini", "claude"]}
+    assert api.post(CLAIM, second).status_code == 200
+    # then its row was made by the first claim and brought up to date by the second
+    again = Runner.objects.get(name="w")
+    assert (made.labels, made.providers, made.claimed) == ({"pool": "demo"}, ["codex"], 1)
+    assert (again.labels, again.providers, again.claimed) == ({}, ["claude", "gemini"], 2)
+    assert again.first_seen_at == made.first_seen_at
+    assert again.last_seen_at >= made.last_seen_at
+
+
 def test_a_cluster_scoped_key_cannot_list_the_runners(api: ApiClient) -> None:
     cluster_create(cluster_id="c1")
     _, key = api_key_create(name="scoped", cluster_id="c1")

@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from context.models import ContextBuild
 from ledger.interfaces import (
+    Conflict,
     MessageDraft,
     MessageFilter,
     cluster_create,
@@ -21,8 +22,9 @@ from ledger.interfaces import (
 )
 from ledger.keys import api_key_create
 from ledger.models import Message
-from runs.models import BufferedTrigger, Task
+from runs.models import BufferedTrigger, Runner, Task
 from runs.services import task_claim, task_complete
+from runs.services.tasks import tasks_expire
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -125,6 +127,83 @@ def test_completing_twice_returns_the_same_messages_and_another_body_conflicts(
     # the build keeps what the model billed next to its own estimate
     build = ContextBuild.objects.get(pk=task["build_id"])
     assert build.reported_usage["inputTokens"] == 900
+
+
+def _after_the_first_read_of(task_id: str, then: Any) -> Any:
+    """A database wrapper that runs ``then`` once, right after the first statement that reads
+    ``task_id``'s row: what another server does while a completion's hook runs."""
+    done: list[bool] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        out = execute(sql, params, many, context)
+        if not done and sql.startswith("SELECT") and params and task_id in params:
+            done.append(True)
+            then()
+        return out
+
+    return wrapper
+
+
+@pytest.mark.parametrize("same_body", [True, False])
+def test_a_completion_that_lands_while_another_ones_hook_runs_wins_alone(
+    same_body: bool,
+) -> None:
+    # given a claimed task
+    cid = running(agent("worker"))
+    publish(cid)
+    claimed = task_claim(worker="w")
+    assert claimed is not None
+    task_id, lease_id = claimed.task.id, claimed.task.lease_id
+    theirs: list[Any] = []
+    counted: list[int] = []
+
+    def complete_meanwhile() -> None:
+        body = {"summary": "done"} if same_body else {"summary": "other"}
+        theirs.append(task_complete(task_id=task_id, lease_id=lease_id, result=body))
+        counted.append(Message.objects.count())
+
+    # when another completion lands after this one read the task, before it writes
+    with connection.execute_wrapper(_after_the_first_read_of(task_id, complete_meanwhile)):
+        if same_body:
+            ours = task_complete(task_id=task_id, lease_id=lease_id, result={"summary": "done"})
+        else:
+            with pytest.raises(Conflict):
+                task_complete(task_id=task_id, lease_id=lease_id, result={"summary": "done"})
+    # then the task was completed once: with the same body both got its messages, with
+    # another this one was refused; nothing of the refused one was kept
+    [first] = theirs
+    if same_body:
+        assert [m.id for m in ours.messages] == [m.id for m in first.messages]
+    completed = Message.objects.filter(topic="AGENT_LIFECYCLE", event="TASK_COMPLETED")
+    assert completed.count() == 1
+    assert Task.objects.get(pk=task_id).state == "completed"
+    assert Message.objects.count() == counted[0]
+
+
+def test_a_lease_that_moves_while_the_hook_runs_refuses_the_completion() -> None:
+    # given a claimed task
+    cid = running(agent("worker"))
+    publish(cid)
+    claimed = task_claim(worker="w")
+    assert claimed is not None
+    task_id, lease_id = claimed.task.id, claimed.task.lease_id
+    before = Message.objects.count()
+
+    def lease_runs_out() -> None:
+        Task.objects.filter(pk=task_id).update(lease_expires_at=1)
+        assert tasks_expire(now=2) == 1
+
+    # when its lease is ended after the completion read the task, before it writes
+    with (
+        connection.execute_wrapper(_after_the_first_read_of(task_id, lease_runs_out)),
+        pytest.raises(Conflict),
+    ):
+        task_complete(task_id=task_id, lease_id=lease_id, result={"summary": "done"})
+    # then it is refused and wrote nothing: the task is expired, as the expiry left it
+    assert Task.objects.get(pk=task_id).state == "expired"
+    assert not Message.objects.filter(event="TASK_COMPLETED").exists()
+    assert Message.objects.count() == before
+    assert Runner.objects.get(name="w").completed == 0
 
 
 def test_a_lost_lease_is_claimed_again_and_the_late_worker_gets_409(api: ApiClient) -> None:
