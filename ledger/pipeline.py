@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -53,6 +53,7 @@ from ledger.services.publish import now_ms
 from ledger.services.writer import ClusterWriter, cluster_transaction
 from ledger.statements import (
     cluster_progress,
+    message_topics_after,
     messages_after,
     pipeline_cluster,
     pipeline_cursor_move,
@@ -104,6 +105,21 @@ class Stage(Protocol):
         ...
 
 
+@runtime_checkable
+class Selective(Stage, Protocol):
+    """A stage that can tell from its cluster alone which topics it may react to.
+
+    When every stage is selective and no published message after the cursor has one of their
+    topics, the pipeline moves the cursor over those messages having read their topics only:
+    no message is read whole for stages that would plan nothing (docs/decisions/0285).
+    """
+
+    def reacts_to(self, cluster: ClusterRecord) -> frozenset[str] | None:
+        """The topics of published messages for which ``plan`` may write anything in
+        ``cluster``; None when it may react to any message (it reads every batch whole)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     """What one step over a cluster did: how far it moved the cursor, or when to try again."""
@@ -142,6 +158,8 @@ class Pipeline:
 
     def __init__(self) -> None:
         self._stages: list[tuple[int, Stage]] = []
+        # The stages again when every one of them is ``Selective``, else None.
+        self._selective: tuple[Selective, ...] | None = ()
         self._guard = threading.Lock()
         self._running: set[str] = set()
         self._dirty: set[str] = set()
@@ -157,10 +175,12 @@ class Pipeline:
         with self._guard:
             others = [(o, s) for o, s in self._stages if s is not stage]
             self._stages = sorted([*others, (order, stage)], key=lambda item: item[0])
+            self._selective = _all_selective(self.stages)
 
     def unregister(self, stage: Stage) -> None:
         with self._guard:
             self._stages = [(o, s) for o, s in self._stages if s is not stage]
+            self._selective = _all_selective(self.stages)
 
     @property
     def stages(self) -> list[Stage]:
@@ -228,7 +248,19 @@ class Pipeline:
         stages that failed and why, and the cursor moves on with the other stages' writes."""
         with self._guard:
             failure = self._failures.get(cluster_id)
-        batch = _read_batch(cluster_id, limit=limit, narrow_at=failure.at if failure else None)
+        # Prebuilt statements: compiling these queries through the ORM cost more than running them.
+        found = pipeline_cluster(cluster_id=cluster_id)
+        if found is None:
+            self._forget_failure(cluster_id)
+            return Turn()
+        cluster, after = found
+        if failure is None:
+            passed = self._pass_over(cluster, after)
+            if passed is not None:
+                return passed
+        batch = _read_batch(
+            cluster, after, limit=limit, narrow=failure is not None and failure.at == after
+        )
         if batch is None:
             self._forget_failure(cluster_id)
             return Turn()
@@ -260,7 +292,7 @@ class Pipeline:
             # statement that moves it only from where this run found it.
             if not pipeline_cursor_move(cluster_id=cluster_id, after=batch.after, to=batch.upto):
                 return Turn()  # someone else ran these messages meanwhile
-            return self._moved(cluster_id, batch, last=batch.cluster.last_sequence)
+            return self._moved(cluster_id, batch.after, batch.upto, last=cluster.last_sequence)
         try:
             with cluster_transaction(cluster_id) as writer:
                 if writer.pipeline_sequence != batch.after:
@@ -286,15 +318,43 @@ class Pipeline:
                 last = writer.last_sequence
         except _Retry:
             return self._retry(cluster_id, batch, attempt)
-        return self._moved(cluster_id, batch, last=last)
+        return self._moved(cluster_id, batch.after, batch.upto, last=last)
 
-    def _moved(self, cluster_id: str, batch: Batch, *, last: int) -> Turn:
-        """The step committed up to ``batch.upto`` while the cluster's newest message was
-        ``last``: another step follows only when that is further (no read to find nothing)."""
+    def _pass_over(self, cluster: ClusterRecord, after: int) -> Turn | None:
+        """The step for messages that no stage reacts to: the cursor moves over up to
+        ``BATCH`` of them, read by their topics alone (no content, no records, no stage asked).
+        None when a stage may react to one of them, or reads every message: the whole batch is
+        read then, as ever. The turn's ``limit`` bounds the stages' work, of which there is none
+        here, so the cursor takes the whole read in one move (docs/decisions/0285)."""
+        selective = self._selective
+        if selective is None:
+            return None
+        topics: set[str] = set()
+        for stage in selective:
+            wanted = stage.reacts_to(cluster)
+            if wanted is None:
+                return None
+            topics |= wanted
+        rows = message_topics_after(
+            cluster_id=cluster.id, after=after, upto=cluster.last_sequence, limit=BATCH
+        )
+        if not rows:
+            return Turn()
+        if any(topic in topics and not imported for _, topic, imported in rows):
+            return None
+        upto = rows[-1][0]
+        if not pipeline_cursor_move(cluster_id=cluster.id, after=after, to=upto):
+            return Turn()  # someone else ran these messages meanwhile
+        return self._moved(cluster.id, after, upto, last=cluster.last_sequence)
+
+    def _moved(self, cluster_id: str, after: int, upto: int, *, last: int) -> Turn:
+        """The step committed the cursor from ``after`` to ``upto`` while the cluster's newest
+        message was ``last``: another step follows only when that is further (no read to find
+        nothing)."""
         self._forget_failure(cluster_id)
         with self._progress:
             self._progress.notify_all()
-        return Turn(moved=batch.upto - batch.after, more=last > batch.upto)
+        return Turn(moved=upto - after, more=last > upto)
 
     def _retry(self, cluster_id: str, batch: Batch, attempt: int) -> Turn:
         with self._guard:
@@ -464,18 +524,21 @@ def _isolated(writer: ClusterWriter, *, final: bool) -> AbstractContextManager[N
     return writer.savepoint() if final else nullcontext()
 
 
-def _read_batch(cluster_id: str, *, limit: int, narrow_at: int | None = None) -> Batch | None:
-    """The messages after the cursor, at most ``limit``; only the first one when the last
-    step from this same cursor failed (``narrow_at``), so that retries name one message."""
-    # Prebuilt statements: compiling these queries through the ORM cost more than running them.
-    found = pipeline_cluster(cluster_id=cluster_id)
-    if found is None:
-        return None
-    cluster, after = found
-    if narrow_at == after:
+def _all_selective(stages: Sequence[Stage]) -> tuple[Selective, ...] | None:
+    """The stages as ``Selective`` ones, or None when one of them is not."""
+    selective = tuple(stage for stage in stages if isinstance(stage, Selective))
+    return selective if len(selective) == len(stages) else None
+
+
+def _read_batch(
+    cluster: ClusterRecord, after: int, *, limit: int, narrow: bool = False
+) -> Batch | None:
+    """The messages after the cursor ``after``, at most ``limit``; only the first one when the
+    last step from this same cursor failed (``narrow``), so that retries name one message."""
+    if narrow:
         limit = 1
     rows = messages_after(
-        cluster_id=cluster_id, after=after, upto=cluster.last_sequence, limit=limit
+        cluster_id=cluster.id, after=after, upto=cluster.last_sequence, limit=limit
     )
     if not rows:
         return None

@@ -276,6 +276,28 @@ def messages_of_topics_after(
     return [_message(row, cluster_id) for row in rows]
 
 
+@cache
+def _after_topics_select(vendor: str) -> str:
+    """``_after_select`` for the sequence, topic and ``imported`` flag of each message alone."""
+    del vendor
+    table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(_column(Message, f) for f in ("sequence", "topic", "imported"))
+    cluster, sequence = _column(Message, "cluster"), _column(Message, "sequence")
+    return (
+        f"SELECT {columns} FROM {table} WHERE {cluster} = %s AND {sequence} > %s "
+        f"AND {sequence} <= %s ORDER BY {sequence} LIMIT %s"
+    )
+
+
+def message_topics_after(
+    *, cluster_id: str, after: int, upto: int, limit: int
+) -> list[tuple[int, str, bool]]:
+    """``messages_after`` without the messages: each one's sequence, topic and whether it was
+    imported, which is all the pipeline needs to pass over messages no stage reacts to."""
+    rows = statement_rows(_after_topics_select(connection.vendor), [cluster_id, after, upto, limit])
+    return [(sequence, topic, bool(imported)) for sequence, topic, imported in rows]
+
+
 def messages_after(
     *, cluster_id: str, after: int, upto: int, limit: int
 ) -> list[tuple[MessageRecord, bool]]:

@@ -27,6 +27,7 @@ from ledger.interfaces import (
     ENDING_TOPICS,
     JSON,
     Batch,
+    ClusterRecord,
     ClusterState,
     ClusterWriter,
     MessageDraft,
@@ -161,6 +162,11 @@ class Dispatcher:
 
     def disconnect(self) -> None:
         ledger.pipeline.unregister(self)
+
+    def reacts_to(self, cluster: ClusterRecord) -> frozenset[str] | None:
+        """A cluster without agents has nothing to trigger; one with agents offers every message
+        to its scripts' view (the pipeline's ``Selective``)."""
+        return None if cluster.agents else frozenset()
 
     def plan(self, batch: Batch) -> DispatchWrites | None:
         """Offer each published message of the batch to the cluster's agents.

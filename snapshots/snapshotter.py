@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ledger import interfaces as ledger
 from ledger.interfaces import (
     Batch,
+    ClusterRecord,
     ClusterWriter,
     MessageDraft,
     MessageFilter,
@@ -37,6 +38,8 @@ from snapshots.state import (
 )
 
 logger = logging.getLogger(__name__)
+
+_TRIGGER_TOPICS = frozenset(SNAPSHOT_TRIGGER_TOPICS)
 
 PAGE = 500
 _MEMO_LIMIT = 10_000
@@ -95,6 +98,10 @@ class StateSnapshotter:
     def disconnect(self) -> None:
         """Leave the pipeline: trigger messages no longer make snapshots."""
         ledger.pipeline.unregister(self)
+
+    def reacts_to(self, cluster: ClusterRecord) -> frozenset[str]:
+        """Only trigger messages start a snapshot (the pipeline's ``Selective``)."""
+        return _TRIGGER_TOPICS
 
     def plan(self, batch: Batch) -> _SnapshotWrite | None:
         """Fold the uncovered trigger messages up to the batch's end; a write if changed.

@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from context.models import ContextBuild
 from context.services.templates import cluster_create_from_template, templates_load_builtin
-from ledger.interfaces import message_query, now_ms
+from ledger.interfaces import MessageDraft, message_publish_batch, message_query, now_ms
 from ledger.models import Cluster
-from operations.metrics import WEBSOCKETS, WebsocketCounter, topic_family
+from operations.metrics import MESSAGES_PUBLISHED, WEBSOCKETS, WebsocketCounter, topic_family
 from runs.logic import engine
 from runs.models import Runner, Task
 from tests.communicators import CONNECT_TIMEOUT
@@ -230,6 +230,36 @@ def test_open_websockets_are_counted_until_they_close() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@override_settings(OPERATIONS_METRICS_TOKEN=TOKEN)
+def test_a_batch_is_counted_once_per_topic_family(
+    cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given the published counter's increments of two families watched
+    children = {f: MESSAGES_PUBLISHED.labels(topic_family=f) for f in ("issue", "agent")}
+    kind = type(children["issue"])
+    counted = kind.inc
+    increments: list[tuple[str, float]] = []
+
+    def inc(child: Any, amount: float = 1) -> None:
+        increments.extend((f, amount) for f, c in children.items() if c is child)
+        counted(child, amount)
+
+    monkeypatch.setattr(kind, "inc", inc)
+    before = samples()
+    # when a batch of 100 messages of the two families is published
+    drafts = [MessageDraft(topic="ISSUE_OPENED", sender="s") for _ in range(60)] + [
+        MessageDraft(topic="AGENT_OUTPUT", sender="s") for _ in range(40)
+    ]
+    message_publish_batch(cluster_id=cluster, drafts=drafts)
+    # then each family's counter moved by its messages, in one increment each
+    assert sorted(increments) == [("agent", 40), ("issue", 60)]
+    after = samples()
+    for family, count in (("issue", 60), ("agent", 40)):
+        key = ("zeroshot_messages_published_total", (("topic_family", family),))
+        assert after[key] - before.get(key, 0.0) == count
+
+
+@pytest.mark.django_db(transaction=True)
 def test_with_a_multiprocess_directory_a_scrape_adds_up_every_process(tmp_path: Path) -> None:
     env = {
         **os.environ,
@@ -241,8 +271,8 @@ def test_with_a_multiprocess_directory_a_scrape_adds_up_every_process(tmp_path: 
     count = (
         "import django; django.setup(); from ledger.records import MessageRecord; "
         "from operations.metrics import count_published; "
-        "count_published(MessageRecord(cluster_id='c', sequence=1, id='m', timestamp=1, "
-        "topic='ISSUE_OPENED', sender='s', receiver='broadcast', content={}, metadata=None))"
+        "count_published([MessageRecord(cluster_id='c', sequence=1, id='m', timestamp=1, "
+        "topic='ISSUE_OPENED', sender='s', receiver='broadcast', content={}, metadata=None)])"
     )
     scrape_code = (
         "import django; django.setup(); from operations.metrics import metrics_exposition; "
