@@ -193,18 +193,21 @@ def test_concurrent_writers_with_snapshotter_and_push_on_stay_gapless_and_in_ord
 
     try:
         with override_settings(PIPELINE_MODE="thread"):
-            # when eight writers publish at once
-            threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            assert errors == []
-            # the worker's turns end first, then whatever it has not reached is run here: a
-            # run asked for while the worker holds the cluster only marks it for another round,
-            # which a stopping worker may not take
-            pipeline.stop()
-            pipeline.run(cluster)
+            try:
+                # when eight writers publish at once
+                threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                assert errors == []
+            finally:
+                pipeline.stop()
+        # the worker's turns end first, then whatever it has not reached is run here: a run
+        # asked for while the worker holds the cluster only marks it for another round, which a
+        # stopping worker may not take. Out of the thread mode, so that the snapshot this run
+        # may publish does not start another scheduler.
+        pipeline.run(cluster)
         total = Message.objects.filter(cluster_id=cluster).count()
 
         # then the ledger is gapless, every message was pushed once, in sequence order
