@@ -475,7 +475,6 @@ def task_complete(
         lease_id=lease_id,
         scope=scope,
         body=body_hash,
-        task=statements.task_by_id(task_id),
     )
     if isinstance(held, Completion):
         return held
@@ -513,7 +512,6 @@ def task_complete(
             lease_id=lease_id,
             scope=scope,
             body=body_hash,
-            task=statements.task_by_id(task_id),
         )
         if isinstance(again, Completion):
             return again
@@ -581,12 +579,13 @@ def _completion_write(
 
 
 def _held_or_completed(
-    *, task_id: str, lease_id: str, scope: str | None, body: str, task: Task | None
+    *, task_id: str, lease_id: str, scope: str | None, body: str
 ) -> Task | Completion:
-    """``task`` (the row as read, no lock) if it is held under ``lease_id``; or, when that body
+    """The task's row (read now, no lock) if it is held under ``lease_id``; or, when that body
     already completed it, what that completion published; another body is a ``Conflict``.
     Concurrent completions with one body all get the same answer (SPEC §7.4): only one of them
     writes (``_completion_write`` checks the lease in its UPDATE), the others read it here."""
+    task = statements.task_by_id(task_id)
     if task is None or not task.completion_hash:
         return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
     if scope is not None and task.cluster_id != scope:

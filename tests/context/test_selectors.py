@@ -79,20 +79,15 @@ def test_previous_build_is_the_newest_by_start_then_id() -> None:
 
 
 def test_previous_builds_guidance_cursor_is_one_seek_of_its_index() -> None:
-    from django.db import connection, transaction
+    from django.db import connection
 
     from context.selectors import _previous_sql
+    from tests.plans import query_plan
 
     # given the previous build's statement, the planner kept off whole-table scans
     sql = _previous_sql(connection.vendor, until=False)
     params = ["one", "worker", True, "one", "worker", "one", "worker"]
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-        else:
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+    plan = query_plan(sql, params)
     # then the newest guidance of the delivered builds is read from the index made for it, not
     # from every build the agent had
     assert "build_guidance_delivered" in plan, plan

@@ -18,6 +18,7 @@ from runs.models import BufferedTrigger, Task, TaskState
 from runs.services import task_claim, task_complete
 from runs.services.tasks import _Wanted, claim_narrow, claimable
 from runs.states import TaskEvent, task_move
+from tests.plans import query_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -236,10 +237,7 @@ def test_the_claimable_reads_seek_their_states_not_the_history() -> None:
         params = statements.claimable_params(now=1100, narrow=narrow)
         sql = statements._claimable_sql(connection.vendor, cluster_id is not None, 0, 0, 0)
         # when the claim's statement is explained (PostgreSQL on the table's statistics)
-        with transaction.atomic(), connection.cursor() as cursor:
-            explain = "EXPLAIN" if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN"
-            cursor.execute(f"{explain} {sql}", params)
-            plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+        plan = query_plan(sql, params, sequential_scans=True)
         # then the expired tasks and the queued ones are read on an index that starts with
         # their state, not from the cluster's or the agent's history (PostgreSQL's planner
         # reads the one condition so; on SQLite the two lookups and the tasks ahead of a head
@@ -408,18 +406,8 @@ def test_the_trigger_stages_reads_of_tasks_seek_their_indexes() -> None:
     for index, statements_of in reads.items():
         for sql, params in statements_of:
             # when each is explained, then it reads its index, not the table's every row
-            plan = _plan(sql, params)
+            plan = query_plan(sql, params)
             assert index in plan, plan
-
-
-def _plan(sql: str, params: list[str]) -> str:
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-        else:
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        return "\n".join(str(row[-1]) for row in cursor.fetchall())
     lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=920)
     assert [fields(t) for t in statements.leases_lapsed(now=920, limit=2)] == [
         fields(t) for t in lapsed.order_by("lease_expires_at")[:2]
