@@ -130,23 +130,34 @@ class ClusterFanout(GroupFanout["ClusterTimelineConsumer"]):
 
     The subscription is ``GroupFanout``'s (the first page of a cluster subscribes the process,
     the last one unsubscribes it). A push after a quiet moment is written at once; the pushes
-    that arrive within ``gather_seconds`` of a frame, or while it is being written, go to each
-    page as the next frame, one holding all of their fragments in order (htmx swaps any number
-    of out-of-band fragments from one frame): under a burst of publishes a page gets at most one
-    frame per ``gather_seconds``, far fewer than messages, and a frame's write is most of what a
-    page costs per push (docs/decisions/0275). Each message is rendered once
-    (``SharedRenders``) and each frame built once per distinct choice of rows the pages'
-    filters make (one, when the pages show the same rows).
+    that arrive within the gathering moment of a frame (``gather_seconds_for`` the pages open),
+    or while it is being written, go to each page as the next frame, one holding all of their
+    fragments in order (htmx swaps any number of out-of-band fragments from one frame): under a
+    burst of publishes a page gets at most one frame per moment, far fewer than messages, and a
+    frame's write is most of what a page costs per push (docs/decisions/0275, 0305). Each
+    message is rendered once (``SharedRenders``) and each frame built once per distinct choice
+    of rows the pages' filters make (one, when the pages show the same rows).
     """
 
-    # At most 50 frames a second to a page: 200 pages cost a few percent of a core however fast
-    # messages come, and a push waits 20 ms at most, well within its p50 budget of 50 ms.
-    gather_seconds = 0.02
+    # The time between two frames to a cluster's pages grows with the pages open on the
+    # process: each page's frame is a write of its own, a system call whose cost hardly depends
+    # on its size (8-12 µs for 0.5-15 KB on loopback), so the writes to a cluster's pages are
+    # held to about ``page_writes_per_second`` (5,000: a few percent of a core) however fast
+    # messages come. Under a burst, a few pages get a frame every 5 ms, 100 pages one every
+    # 20 ms, 200 pages or more one every 40 ms: a push waits 40 ms at most, within its p50
+    # budget of 50 ms (docs/decisions/0305).
+    gather_seconds = 0.005
+    most_gather_seconds = 0.04
+    page_writes_per_second = 5000
 
     def __init__(self, renders: SharedRenders) -> None:
         super().__init__()
         self.renders = renders
         self.frames = 0  # frames built
+
+    def gather_seconds_for(self, members: int) -> float:
+        spread = min(self.most_gather_seconds, members / self.page_writes_per_second)
+        return max(self.gather_seconds, spread)
 
     async def deliver(
         self, members: list[ClusterTimelineConsumer], events: list[dict[str, Any]]

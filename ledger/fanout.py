@@ -78,11 +78,12 @@ class GroupFanout(Generic[Member]):
 
     Receiving and delivering are apart: a reader task receives the group's events and a writer
     task delivers them, all that has been received since its last delivery at once. Deliveries
-    begin ``gather_seconds`` apart at least: an event after a quiet moment is delivered at once,
-    and what arrives within ``gather_seconds`` of a delivery, or while it is written, goes in the
-    next one. A hub whose frames may hold several messages (the cluster pages') so writes at
-    most one frame per ``gather_seconds`` under a burst of publishes, and no later than before
-    when pushes are rare.
+    begin ``gather_seconds_for`` the group's members apart at least (``gather_seconds``, unless
+    a subclass makes it depend on how many they are): an event after a quiet moment is
+    delivered at once, and what arrives within that moment of a delivery, or while it is
+    written, goes in the next one. A hub whose frames may hold several messages (the cluster
+    pages') so writes at most one frame per moment under a burst of publishes, and no later
+    than before when pushes are rare.
     """
 
     # The least time between the beginnings of two deliveries to a group's members.
@@ -159,6 +160,11 @@ class GroupFanout(Generic[Member]):
         subscription = self._subscriptions.get((asyncio.get_running_loop(), group))
         return list(subscription.members) if subscription is not None else []
 
+    def gather_seconds_for(self, members: int) -> float:
+        """The least time between the beginnings of two deliveries to ``members`` members
+        (``gather_seconds``, whatever their number, unless a subclass says otherwise)."""
+        return self.gather_seconds
+
     async def deliver(self, members: list[Member], events: list[dict[str, Any]]) -> None:
         """Write what ``events`` (received in this order) mean to each of ``members``."""
         raise NotImplementedError
@@ -195,7 +201,8 @@ class GroupFanout(Generic[Member]):
         event starts another writer)."""
         loop = asyncio.get_running_loop()
         while subscription.received:
-            wait = subscription.delivered_at + self.gather_seconds - loop.time()
+            gather = self.gather_seconds_for(len(subscription.members))
+            wait = subscription.delivered_at + gather - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             subscription.delivered_at = loop.time()

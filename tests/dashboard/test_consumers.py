@@ -324,6 +324,48 @@ def test_pushes_within_the_gathering_moment_of_a_frame_are_the_next_frame(
     assert counts == ["4"]  # the header's count once, the last message's
 
 
+def test_the_gathering_moment_grows_with_the_pages_open_up_to_its_most() -> None:
+    """Frames to a cluster's pages are held to ``page_writes_per_second`` writes a second: the
+    moment between two frames is the pages open over that rate, 5 ms at the least (few pages)
+    and 40 ms at the most (200 pages and more)."""
+    hub = ClusterFanout(SharedRenders())
+
+    moments = [hub.gather_seconds_for(pages) for pages in (0, 1, 25, 100, 150, 200, 1000)]
+
+    assert moments == pytest.approx([0.005, 0.005, 0.005, 0.02, 0.03, 0.04, 0.04])
+
+
+def test_a_delivery_waits_the_moment_of_the_pages_open_not_a_fixed_one() -> None:
+    """With no least moment, three pages at a rate of six writes a second still get the pushes
+    that arrive within half a second of a frame as one frame: the writer waits the moment its
+    members make."""
+    hub = ClusterFanout(SharedRenders())
+    hub.gather_seconds = 0.0
+    hub.most_gather_seconds = 1.0
+    hub.page_writes_per_second = 6  # three pages: 0.5 s between two frames
+    group = cluster_group("c-1")
+    pages = [RecordingPage() for _ in range(3)]
+
+    async def scenario() -> list[list[str]]:
+        layer = get_channel_layer()
+        for page in pages:
+            await hub.join(group, page)
+        await layer.group_send(group, {"type": "ledger.message", "message": wire_of(1)})
+        await frames_of(pages[0], 1)
+        for sequence in (2, 3, 4):
+            await layer.group_send(group, {"type": "ledger.message", "message": wire_of(sequence)})
+            await asyncio.sleep(0.02)
+        sent = [await frames_of(page, 4) for page in pages]
+        for page in pages:
+            await hub.leave(group, page)
+        return sent
+
+    sent = asyncio.run(scenario())
+
+    assert hub.frames == 2
+    assert [row_sequences(frame) for frame in sent[0]] == [["1"], ["2", "3", "4"]]
+
+
 def test_a_push_after_a_quiet_moment_is_not_held_and_the_last_page_calls_off_the_next() -> None:
     """However long the gathering moment, a push after a quiet one is written at once; the
     push after it waits for the moment to pass, and is called off when the last page leaves
