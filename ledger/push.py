@@ -36,7 +36,7 @@ ONE_EVENT_TYPE = "ledger.message"
 MANY_EVENT_TYPE = "ledger.messages"
 # Messages per coalesced event: bounds one event's size on the channel layer.
 CHUNK = 100
-# How long a sender waits after a wake-up before it sends what has queued up.
+# How long a sender waits, after a wake-up and after each send, before it sends what has queued.
 GATHER_SECONDS = 0.005
 
 
@@ -102,10 +102,14 @@ class _LoopSender:
         self.loop.create_task(self._send_all())
 
     async def _send_all(self) -> None:
-        # A moment for more to queue up: one wake-up of this loop then sends what several
-        # commits handed over (a wake-up costs the publishing thread more than a send).
-        await asyncio.sleep(GATHER_SECONDS)
         while True:
+            # A moment for more to queue up, after a wake-up and after each send: one wake-up
+            # of this loop then sends what several commits handed over (a wake-up costs the
+            # publishing thread more than a send), and under a steady stream of publishes a
+            # send carries what came in a moment, not the one or two messages committed while
+            # the last send was in flight (each send is a group send, and a receive on every
+            # process with sockets of the cluster: docs/decisions/0306).
+            await asyncio.sleep(GATHER_SECONDS)
             with self._lock:
                 batches = list(self._queue)
                 self._queue.clear()

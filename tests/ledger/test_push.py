@@ -15,6 +15,7 @@ from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_la
 from django.db import connection
 from django.test import override_settings
 
+import ledger.push
 from ledger.filters import MessageFilter
 from ledger.models import Message
 from ledger.push import CHUNK, cluster_group, group_events, pusher
@@ -128,6 +129,50 @@ def sequences(events: list[dict[str, Any]]) -> list[int]:
         wires = event["messages"] if event["type"] == "ledger.messages" else [event["message"]]
         found.extend(int(w["sequence"]) for w in wires)
     return found
+
+
+class SlowSends:
+    """The channel layer, each group send taking ``seconds`` before it is made: a send in
+    flight for long enough that the test can hand more over meanwhile."""
+
+    def __init__(self, layer: Any, seconds: float) -> None:
+        self.layer, self.seconds = layer, seconds
+        self.sends = 0
+
+    async def group_send(self, group: str, event: dict[str, Any]) -> None:
+        self.sends += 1
+        await asyncio.sleep(self.seconds)
+        await self.layer.group_send(group, event)
+
+
+def test_what_comes_during_and_right_after_a_send_waits_a_moment_and_goes_in_one_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a steady stream, the sender waits its gathering moment after each send too: what
+    was handed over while a send was in flight, and what comes within the moment after it, go
+    out as one event, not the first of them alone as soon as the send ends."""
+    monkeypatch.setattr(ledger.push, "GATHER_SECONDS", 0.5)
+    listener = Listener("steady")
+    slow = SlowSends(listener.layer, 0.3)
+    monkeypatch.setattr(ledger.push, "get_channel_layer", lambda: slow)
+    sender = ledger.push._LoopSender(listener.loop)
+    try:
+        sender.hand_over((record("steady", 1),))
+        deadline = time.monotonic() + 10
+        while slow.sends < 1:  # 1 is being sent
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        sender.hand_over((record("steady", 2),))  # while 1's send is in flight
+        listener.events(until=lambda got: len(got) >= 1)  # 1's send has ended
+        sender.hand_over((record("steady", 3),))  # within the moment after it
+        sender.hand_over((record("steady", 4),))
+
+        events = listener.events(until=lambda got: len(sequences(got)) >= 4)
+
+        assert [sequences([event]) for event in events] == [[1], [2, 3, 4]]
+        assert sender.wait_idle(5)
+    finally:
+        listener.close()
 
 
 @pytest.mark.django_db(transaction=True)
