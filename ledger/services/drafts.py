@@ -141,7 +141,7 @@ def _content_problems(
     if isinstance(text, str):
         if (problem := text_problem(text)) is not None:
             yield "content.text", problem, InvalidInput
-        elif len(text.encode()) > text_limit:
+        elif (len(text) if text.isascii() else len(text.encode())) > text_limit:
             yield "content.text", f"is larger than {text_limit} bytes", TooLarge
     # No metadata is stored as null: nothing to check or measure.
     values = [] if draft.metadata is None else [("metadata", draft.metadata)]

@@ -14,7 +14,6 @@ its statement, none of which was stored.
 
 from __future__ import annotations
 
-import secrets
 import threading
 from dataclasses import dataclass, replace
 
@@ -25,6 +24,7 @@ from ledger.services.writer import (
     STATE_BY_TOPIC,
     cluster_missing,
     cluster_named,
+    message_ids_new,
     message_row,
     stamp_floor,
 )
@@ -103,9 +103,11 @@ def _claim_insert(cluster_id: str, queued: list[_Waiting]) -> list[MessageRecord
     if not cluster_named(cluster_id):
         raise cluster_missing(cluster_id)
     drafts = [waiting.draft for waiting in queued]
+    # The database stamps them: their ids start with the clock they are stamped from.
+    ids = message_ids_new([waiting.now for waiting in queued])
     unplaced = [
         MessageRecord(
-            id=f"msg_{secrets.token_hex(16)}",
+            id=new_id,
             cluster_id=cluster_id,
             sequence=0,
             timestamp=0,
@@ -115,7 +117,7 @@ def _claim_insert(cluster_id: str, queued: list[_Waiting]) -> list[MessageRecord
             content=draft.content,
             metadata=draft.metadata,
         )
-        for draft in drafts
+        for new_id, draft in zip(ids, drafts, strict=True)
     ]
     placed = cluster_claim_insert(
         cluster_id,

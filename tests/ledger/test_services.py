@@ -78,6 +78,35 @@ def test_batch_keeps_order_with_timestamps_one_ms_apart(cluster: str) -> None:
     assert [b.timestamp - a.timestamp for a, b in itertools.pairwise(records)] == [1] * 9
 
 
+def test_generated_ids_start_with_their_stamp_and_grow_with_the_sequence(cluster: str) -> None:
+    # given a single message, then two batches, one with an id of the publisher's
+    single = message_publish(cluster_id=cluster, draft=MessageDraft(topic="T", sender="a"))
+    first = message_publish_batch(
+        cluster_id=cluster, drafts=[MessageDraft(topic="T", sender="a") for _ in range(50)]
+    )
+    second = message_publish_batch(
+        cluster_id=cluster,
+        drafts=[
+            MessageDraft(topic="T", sender="a"),
+            MessageDraft(topic="T", sender="a", id="given-1"),
+            MessageDraft(topic="T", sender="a"),
+        ],
+    )
+    # then every generated id is msg_ and 32 lowercase hex, the first 12 its stamp (a single
+    # message stamped by the database: the clock it was stamped from), the rest random
+    generated = [*first, second[0], second[2]]
+    for record in [single, *generated]:
+        assert re.fullmatch(r"msg_[0-9a-f]{32}", record.id)
+    assert int(single.id[4:16], 16) <= single.timestamp
+    assert [r.id[4:16] for r in generated] == [f"{r.timestamp:012x}" for r in generated]
+    assert len({r.id[16:] for r in generated}) == len(generated)
+    # and they sort in sequence order; the publisher's id is kept as given
+    assert [r.id for r in generated] == sorted(r.id for r in generated)
+    assert second[1].id == "given-1"
+    stored = Message.objects.filter(cluster_id=cluster).order_by("sequence")
+    assert [m.message_id for m in stored][1:] == [r.id for r in [*first, *second]]
+
+
 def test_batch_with_one_invalid_message_stores_nothing(cluster: str) -> None:
     drafts = [MessageDraft(topic="OK", sender="w"), MessageDraft(topic="bad topic", sender="w")]
 

@@ -14,7 +14,7 @@ from django.core.asgi import get_asgi_application
 from django.db import connections
 from django.test import override_settings
 
-from ledger.interfaces import cluster_create, message_query
+from ledger.interfaces import MessageFilter, cluster_create, message_query
 from ledger.keys import api_key_create
 from operations.metrics import PUBLISH_SECONDS
 from tests.conftest import ApiClient
@@ -181,6 +181,22 @@ def test_a_batch_is_stored_and_answered_as_the_endpoint_does() -> None:
         {**m, **unnumbered} for m in theirs.json()
     ]
     assert [m.to_wire() for m in message_query(cluster_id=cluster_id)][:3] == ours.json()
+
+
+def test_a_batch_is_found_by_a_search_as_soon_as_it_is_answered() -> None:
+    # given a cluster with a message already, then a batch of 100 through the route
+    cluster_id = cluster_create(cluster_id="c1").id
+    _, key = api_key_create(name="agent")
+    through_route(single(cluster_id), json.dumps(MESSAGE), Counting(), key=key)
+    texts = [f"shipment {n} arrived" if n % 2 else f"parcel {n} left" for n in range(100)]
+    body = json.dumps({"messages": [{**MESSAGE, "content": {"text": text}} for text in texts]})
+    answered = through_route(batch(cluster_id), body, Counting(), key=key).json()
+    # when the cluster is searched right after the answer
+    found = message_query(cluster_id=cluster_id, where=MessageFilter(q="shipment arrived"))
+    by_prefix = message_query(cluster_id=cluster_id, where=MessageFilter(q="parc"), limit=None)
+    # then every message of the batch is found, in sequence order, under its answered id
+    assert [r.id for r in found] == [m["id"] for m in answered[1::2]]
+    assert [r.id for r in by_prefix] == [m["id"] for m in answered[::2]]
 
 
 @pytest.mark.parametrize("case", ["unknown cluster", "another cluster's key", "bad key"])
