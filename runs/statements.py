@@ -215,17 +215,18 @@ def task_build_link(*, task_id: str, lease_id: str, build_id: int) -> int:
 
 
 @cache
-def _lapsed_sql(vendor: str) -> str:
+def _leases_sql(vendor: str) -> str:
     return (
         f"SELECT {_task_columns(vendor)} FROM {_table(Task)} "
-        f"WHERE {_col(Task, 'lease_expires_at')} < %s AND {_col(Task, 'state')} = %s "
+        f"WHERE {_col(Task, 'state')} = %s AND {_col(Task, 'lease_expires_at')} IS NOT NULL "
         f"ORDER BY {_col(Task, 'lease_expires_at')} ASC LIMIT %s"
     )
 
 
-def leases_lapsed(*, now: int, limit: int) -> list[Task]:
-    """Claimed tasks whose lease ran out before ``now``, the oldest first."""
-    return [_task(r) for r in _rows(_lapsed_sql(connection.vendor), [now, _CLAIMED, limit])]
+def leases_first(*, limit: int) -> list[Task]:
+    """Claimed tasks, the lease that runs out first first (``task_lease_expiry``): the lapsed
+    ones, then the next to lapse."""
+    return [_task(r) for r in _rows(_leases_sql(connection.vendor), [_CLAIMED, limit])]
 
 
 def _narrow(alias: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
