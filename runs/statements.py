@@ -19,6 +19,7 @@ from typing import Any, cast
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
+from context.models import ContextBuild
 from ledger.interfaces import statement_count, statement_rows
 from runs.models import BufferedTrigger, Runner, Task, TaskState
 
@@ -118,6 +119,28 @@ def task_by_id(task_id: str, *, lock: bool = False) -> Task | None:
     """The task, or None; ``lock``: ``select_for_update`` (PostgreSQL), inside a transaction."""
     rows = _rows(_task_by_id_sql(connection.vendor, lock), [task_id])
     return _task(rows[0]) if rows else None
+
+
+@cache
+def _task_with_guidance_sql(vendor: str) -> str:
+    build = ContextBuild._meta
+    return (
+        f"SELECT {_task_columns(vendor, 't')}, (SELECT b.{_col(ContextBuild, 'guidance_through')} "
+        f"FROM {_table(ContextBuild)} b WHERE b.{_q(str(build.pk.column))} = "
+        f"t.{_col(Task, 'build')}) IS NOT NULL "
+        f"FROM {_table(Task)} t WHERE t.{_col(Task, 'id')} = %s"
+    )
+
+
+def task_with_guidance(task_id: str) -> tuple[Task, bool] | None:
+    """The task, or None, and whether its build carried guidance (the build's
+    ``guidance_through``, written when the build is recorded and never after): a primary-key
+    seek of the build in the task's read."""
+    rows = _rows(_task_with_guidance_sql(connection.vendor), [task_id])
+    if not rows:
+        return None
+    *task, carried = rows[0]
+    return _task(task), bool(carried)
 
 
 @cache

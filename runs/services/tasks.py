@@ -526,14 +526,15 @@ def task_complete(
     ).hexdigest()
     # The hook's scripts run before the write transaction (they may take seconds): a read of
     # the row, no lock; the lease is checked again inside the transaction.
-    held = _held_or_completed(
+    read = _held_or_completed(
         task_id=task_id,
         lease_id=lease_id,
         scope=scope,
         body=body_hash,
     )
-    if isinstance(held, Completion):
-        return held
+    if isinstance(read, Completion):
+        return read
+    held, carried_guidance = read
     record = task_record(held)
     cluster_id = held.cluster_id
     cluster = ledger.cluster_get(cluster_id=cluster_id)
@@ -558,7 +559,13 @@ def task_complete(
         )
     try:
         task, messages = _completion_write(
-            held, record, lease_id=lease_id, body=body_hash, outcome=outcome, usage=usage
+            held,
+            record,
+            lease_id=lease_id,
+            body=body_hash,
+            outcome=outcome,
+            usage=usage,
+            carried_guidance=carried_guidance,
         )
     except _LeaseMoved:
         # Nothing was written. What moved it: the same body completing it while the hook ran
@@ -573,7 +580,7 @@ def task_complete(
             return again
         raise Conflict(  # held again under this lease: it cannot be, lease ids are not reused
             f"the lease on task {task_id} moved during its completion",
-            details={"task_id": task_id, "state": again.state},
+            details={"task_id": task_id, "state": again[0].state},
         ) from None
     done = Completion(task=task_record(task), messages=tuple(messages))
     observe.task_completed.send(
@@ -590,10 +597,13 @@ def _completion_write(
     body: str,
     outcome: HookOutcome,
     usage: Mapping[str, JSON] | None,
+    carried_guidance: bool,
 ) -> tuple[Task, list[MessageRecord]]:
     """Write a completion of ``task`` (as read before its hook ran, no lock): its messages and
     its row in the cluster's transaction; ``_LeaseMoved`` (everything rolled back) when the row
-    is no longer claimed under ``lease_id``.
+    is no longer claimed under ``lease_id``. The guidance its build carried
+    (``carried_guidance``, read with the row) is marked delivered; a build that carried none
+    is not written to.
 
     The row is not read again under a lock: its UPDATE is made only while the lease holds,
     which checks the same thing in the same transaction. Nothing a claimed task's record shows
@@ -622,7 +632,7 @@ def _completion_write(
         _runner_count(task.worker, "completed")
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
-        if task.build_id is not None:
+        if task.build_id is not None and carried_guidance:
             build_guidance_delivered(build_id=task.build_id)
         if usage:
             usage_day_add(
@@ -636,14 +646,16 @@ def _completion_write(
 
 def _held_or_completed(
     *, task_id: str, lease_id: str, scope: str | None, body: str
-) -> Task | Completion:
-    """The task's row (read now, no lock) if it is held under ``lease_id``; or, when that body
-    already completed it, what that completion published; another body is a ``Conflict``.
-    Concurrent completions with one body all get the same answer (SPEC §7.4): only one of them
-    writes (``_completion_write`` checks the lease in its UPDATE), the others read it here."""
-    task = statements.task_by_id(task_id)
+) -> tuple[Task, bool] | Completion:
+    """The task's row (read now, no lock) if it is held under ``lease_id``, and whether its
+    build carried guidance; or, when that body already completed it, what that completion
+    published; another body is a ``Conflict``. Concurrent completions with one body all get
+    the same answer (SPEC §7.4): only one of them writes (``_completion_write`` checks the
+    lease in its UPDATE), the others read it here."""
+    found = statements.task_with_guidance(task_id)
+    task, carried = found if found is not None else (None, False)
     if task is None or not task.completion_hash:
-        return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
+        return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task), carried
     if scope is not None and task.cluster_id != scope:
         raise Forbidden(f"this API key is limited to cluster {scope!r}")
     if task.completion_hash != body:

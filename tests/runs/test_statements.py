@@ -13,6 +13,7 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.test.utils import CaptureQueriesContext
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
+from context.models import ContextBuild
 from runs import statements
 from runs.models import BufferedTrigger, Task, TaskState
 from runs.services import task_claim, task_complete
@@ -271,6 +272,34 @@ def test_a_task_read_and_saved_is_the_orms() -> None:
     assert (saved.completion_messages, saved.error) == (["other"], "x" * 10)
 
 
+def test_a_task_read_with_its_builds_guidance_is_the_orms() -> None:
+    # given tasks in every state, two of them with a build, one build carrying guidance
+    tasks_in_every_state()
+    carried = {}
+    for task_id, through in (("task_001", 7), ("task_002", None)):
+        build = ContextBuild.objects.create(
+            cluster_id="c1",
+            agent_id="a",
+            iteration=1,
+            started_at=1,
+            max_tokens=1,
+            final_tokens=1,
+            metrics={},
+            pack_texts=[],
+            guidance_through=through,
+        )
+        Task.objects.filter(pk=task_id).update(build=build)
+        carried[task_id] = through is not None
+    # when each is read with whether its build carried guidance
+    for task in Task.objects.all():
+        found = statements.task_with_guidance(task.id)
+        # then the task is the ORM's, and the answer its build's (none without a build)
+        assert found is not None
+        assert fields(found[0]) == fields(task)
+        assert found[1] is carried.get(task.id, False)
+    assert statements.task_with_guidance("task_nope") is None
+
+
 def test_a_task_inserted_is_the_orms() -> None:
     cluster_create(cluster_id="c1", config={"agents": []}, state="running")
     given: dict[str, Any] = {
@@ -501,4 +530,4 @@ def test_a_claim_and_a_completion_make_a_pinned_number_of_queries(
 # The statements of a claim and of a completion, their pipeline turns included, BEGIN/COMMIT
 # counted (SQLite's BEGIN IMMEDIATE is one; PostgreSQL's transactions open implicitly).
 CLAIM_QUERIES = {"sqlite": 19, "postgresql": 19}
-COMPLETE_QUERIES = {"sqlite": 22, "postgresql": 22}
+COMPLETE_QUERIES = {"sqlite": 21, "postgresql": 21}
