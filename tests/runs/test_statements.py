@@ -12,8 +12,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.test.utils import CaptureQueriesContext
 
-from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from context.models import ContextBuild
+from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from runs import statements
 from runs.models import BufferedTrigger, Task, TaskState
 from runs.services import task_claim, task_complete
