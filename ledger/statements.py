@@ -763,6 +763,17 @@ def cluster_row_claim(
     )
 
 
+def cluster_row_claim_or_lock(
+    cluster_id: str, *, count: int, floor: int
+) -> tuple[ClusterRow | None, bool]:
+    """In the connection's current transaction: ``cluster_row_claim`` where it can run, else
+    ``cluster_row_lock``; the row, and whether it was claimed."""
+    with _current_cursor() as cursor:
+        if claimable(cursor):
+            return cluster_row_claim(cluster_id, count=count, floor=floor, cursor=cursor), True
+        return cluster_row_lock(cluster_id, cursor=cursor), False
+
+
 def autocommit_possible() -> bool:
     """Whether a statement here is a durable transaction of its own: PostgreSQL outside any
     transaction, autocommit on. Not on SQLite (no statement there writes two tables), inside

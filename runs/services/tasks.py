@@ -609,23 +609,26 @@ def _completion_write(
     which checks the same thing in the same transaction. Nothing a claimed task's record shows
     changes under one lease but its lease's end (a heartbeat), which the completion ends. The
     row is written before the runner's, in the order a claim locks them."""
-    with ledger.cluster_transaction(task.cluster_id) as writer:
-        # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
-        completed, moved = task_moved(
-            task,
-            TaskEvent.COMPLETE,
-            now=ledger.now_ms(),
-            result=outcome.result,
-            usage=dict(usage) if usage else None,
-            completion_hash=body,
-        )
-        assert completed is not None
-        drafts: list[MessageDraft] = []
-        if usage:
-            drafts.append(lifecycle.usage_draft(record, dict(usage)))
-        drafts.append(completed)
-        drafts.extend(outcome.drafts)
-        messages = writer.append(drafts, now=ledger.now_ms())
+    # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
+    completed, moved = task_moved(
+        task,
+        TaskEvent.COMPLETE,
+        now=ledger.now_ms(),
+        result=outcome.result,
+        usage=dict(usage) if usage else None,
+        completion_hash=body,
+    )
+    assert completed is not None
+    drafts: list[MessageDraft] = []
+    if usage:
+        drafts.append(lifecycle.usage_draft(record, dict(usage)))
+    drafts.append(completed)
+    drafts.extend(outcome.drafts)
+    now = ledger.now_ms()
+    # Its messages are known before the transaction: the cluster's row is locked and moved
+    # past them in one statement.
+    with ledger.cluster_transaction(task.cluster_id, appending=(drafts, now)) as writer:
+        messages = writer.append(drafts, now=now)
         task.completion_messages = [m.id for m in messages]
         if not statements.task_save_held(task, [*moved, "completion_messages"], lease_id=lease_id):
             raise _LeaseMoved
