@@ -247,6 +247,30 @@ def message_select_each(
     return statements.messages_of_each(cluster_id=cluster_id, wheres=wheres, limit=limit)
 
 
+def message_get_with_each(
+    *, cluster_id: str, message_id: str, wheres: Sequence[MessageFilter], limit: int
+) -> tuple[MessageRecord, list[MessageRecord]]:
+    """``message_get`` and ``message_select_each`` together: one statement when the prebuilt
+    statements express every filter (a claim's build reads its trigger and its agent's
+    guidance this way)."""
+    if not (storable(cluster_id) and storable(message_id)) or not all(
+        statements.preparable(where) for where in wheres
+    ):
+        message = message_get(cluster_id=cluster_id, message_id=message_id)
+        return message, message_select_each(cluster_id=cluster_id, wheres=wheres, limit=limit)
+    for where in wheres:
+        filter_check(where)
+    found, each = statements.message_and_oldest_of_each(
+        cluster_id=cluster_id, message_id=message_id, wheres=wheres, limit=limit
+    )
+    if found is None:
+        raise NotFound(
+            f"message {message_id!r} does not exist in cluster {cluster_id!r}",
+            details={"message_id": message_id},
+        )
+    return found, each
+
+
 def message_latest(
     *, cluster_id: str, topics: Sequence[str] | None = None, where: MessageFilter = NO_FILTER
 ) -> MessageRecord | None:

@@ -236,6 +236,41 @@ def messages_of_each(
 
 
 @cache
+def _one_and_oldest_of_each(vendor: str, shapes: tuple[tuple[Term, ...], ...]) -> str:
+    """One message by its id (tagged 0), then the oldest messages of each shape (tagged 1),
+    as one statement of one seek each."""
+    one = _one_select(vendor, "message_id")
+    return " UNION ALL ".join(
+        [
+            f"SELECT 0 AS part, one.* FROM ({one}) AS one",
+            *(
+                f"SELECT 1, oldest_{i}.* FROM ({_message_select(vendor, terms, False, True)}) "
+                f"AS oldest_{i}"
+                for i, terms in enumerate(shapes)
+            ),
+        ]
+    )
+
+
+def message_and_oldest_of_each(
+    *, cluster_id: str, message_id: str, wheres: Sequence[MessageFilter], limit: int
+) -> tuple[MessageRecord | None, list[MessageRecord]]:
+    """``message_by_id`` and ``messages_of_each`` in one statement: the message (or None) and
+    the oldest ``limit`` messages that pass each filter (``preparable``), in no order from one
+    filter to the next."""
+    shapes: list[tuple[Term, ...]] = []
+    params: list[Any] = [cluster_id, message_id]
+    for where in wheres:
+        terms, values = _terms(where)
+        shapes.append(terms)
+        params += [cluster_id, *values, limit]
+    rows = statement_rows(_one_and_oldest_of_each(connection.vendor, tuple(shapes)), params)
+    one = [_message(row[1:], cluster_id) for row in rows if row[0] == 0]
+    each = [_message(row[1:], cluster_id) for row in rows if row[0] != 0]
+    return (one[0] if one else None), each
+
+
+@cache
 def _after_select(vendor: str) -> str:
     """The messages of a cluster after one sequence up to another, in sequence order, with
     their ``imported`` flag (one range seek on the cluster's sequence key)."""
@@ -726,6 +761,17 @@ def cluster_row_claim(
     return ClusterRow(
         cluster_id, last_sequence - count, last_timestamp - count, state, pipeline_sequence
     )
+
+
+def cluster_row_claim_or_lock(
+    cluster_id: str, *, count: int, floor: int
+) -> tuple[ClusterRow | None, bool]:
+    """In the connection's current transaction: ``cluster_row_claim`` where it can run, else
+    ``cluster_row_lock``; the row, and whether it was claimed."""
+    with _current_cursor() as cursor:
+        if claimable(cursor):
+            return cluster_row_claim(cluster_id, count=count, floor=floor, cursor=cursor), True
+        return cluster_row_lock(cluster_id, cursor=cursor), False
 
 
 def autocommit_possible() -> bool:

@@ -19,6 +19,7 @@ from typing import Any, cast
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
+from context.models import ContextBuild
 from ledger.interfaces import statement_count, statement_rows
 from runs.models import BufferedTrigger, Runner, Task, TaskState
 
@@ -121,6 +122,28 @@ def task_by_id(task_id: str, *, lock: bool = False) -> Task | None:
 
 
 @cache
+def _task_with_guidance_sql(vendor: str) -> str:
+    build = ContextBuild._meta
+    return (
+        f"SELECT {_task_columns(vendor, 't')}, (SELECT b.{_col(ContextBuild, 'guidance_through')} "
+        f"FROM {_table(ContextBuild)} b WHERE b.{_q(str(build.pk.column))} = "
+        f"t.{_col(Task, 'build')}) IS NOT NULL "
+        f"FROM {_table(Task)} t WHERE t.{_col(Task, 'id')} = %s"
+    )
+
+
+def task_with_guidance(task_id: str) -> tuple[Task, bool] | None:
+    """The task, or None, and whether its build carried guidance (the build's
+    ``guidance_through``, written when the build is recorded and never after): a primary-key
+    seek of the build in the task's read."""
+    rows = _rows(_task_with_guidance_sql(connection.vendor), [task_id])
+    if not rows:
+        return None
+    *task, carried = rows[0]
+    return _task(task), bool(carried)
+
+
+@cache
 def _task_fields(names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
     return tuple(_field(Task, name) for name in names)
 
@@ -215,17 +238,18 @@ def task_build_link(*, task_id: str, lease_id: str, build_id: int) -> int:
 
 
 @cache
-def _lapsed_sql(vendor: str) -> str:
+def _leases_sql(vendor: str) -> str:
     return (
         f"SELECT {_task_columns(vendor)} FROM {_table(Task)} "
-        f"WHERE {_col(Task, 'lease_expires_at')} < %s AND {_col(Task, 'state')} = %s "
+        f"WHERE {_col(Task, 'state')} = %s AND {_col(Task, 'lease_expires_at')} IS NOT NULL "
         f"ORDER BY {_col(Task, 'lease_expires_at')} ASC LIMIT %s"
     )
 
 
-def leases_lapsed(*, now: int, limit: int) -> list[Task]:
-    """Claimed tasks whose lease ran out before ``now``, the oldest first."""
-    return [_task(r) for r in _rows(_lapsed_sql(connection.vendor), [now, _CLAIMED, limit])]
+def leases_first(*, limit: int) -> list[Task]:
+    """Claimed tasks, the lease that runs out first first (``task_lease_expiry``): the lapsed
+    ones, then the next to lapse."""
+    return [_task(r) for r in _rows(_leases_sql(connection.vendor), [_CLAIMED, limit])]
 
 
 def _narrow(alias: str, cluster: bool, agents: int, roles: int, providers: int) -> str:

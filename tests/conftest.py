@@ -95,6 +95,15 @@ def _no_leftover_subscribers() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _leases_looked_at_anew() -> None:
+    """Each test's first claim looks for lapsed leases: what this process saw of the leases
+    at its last look was in another test's database."""
+    from runs.services.tasks import lease_look
+
+    lease_look.now()
+
+
+@pytest.fixture(autouse=True)
 def _no_leftover_pipeline() -> Iterator[None]:
     """A test that runs the pipeline in its worker threads stops them before it ends: a scheduler
     left running would read the database during the next tests (whose database may be gone)."""

@@ -229,14 +229,31 @@ def context_build(
     config = agent_config_resolve(cluster=cluster, agent_id=agent_id, inline=agent)
     parsed = _strategy(config, override=strategy, agent_id=agent_id)
     as_of = as_of_filter(cluster_id=cluster_id, sequence=as_of_sequence, timestamp=as_of_timestamp)
-    trigger = trigger_choose(
-        cluster_id=cluster_id,
-        agent=config,
-        message_id=triggering_message_id,
-        inline=triggering_message,
-        as_of=as_of,
-    )
     previous = build_previous(cluster_id=cluster_id, agent_id=agent_id, until=as_of.until)
+    wheres = _guidance_wheres(
+        agent_id=agent_id,
+        as_of=as_of,
+        after=previous.guidance_delivered_through if previous is not None else None,
+    )
+    if triggering_message_id is not None:
+        # A task's trigger and its agent's guidance: one statement.
+        trigger, found = ledger.message_get_with_each(
+            cluster_id=cluster_id,
+            message_id=triggering_message_id,
+            wheres=wheres,
+            limit=GUIDANCE_PER_BUILD,
+        )
+    else:
+        trigger = trigger_choose(
+            cluster_id=cluster_id,
+            agent=config,
+            message_id=None,
+            inline=triggering_message,
+            as_of=as_of,
+        )
+        found = ledger.message_select_each(
+            cluster_id=cluster_id, wheres=wheres, limit=GUIDANCE_PER_BUILD
+        )
     plan = _Plan(
         cluster=cluster,
         agent_id=agent_id,
@@ -250,12 +267,7 @@ def context_build(
             cluster=cluster, agent_id=agent_id, strategy=parsed, as_of=as_of, previous=previous
         ),
         iteration=iteration or ((previous.iteration + 1) if previous is not None else 1),
-        guidance=_queued_guidance(
-            cluster_id=cluster_id,
-            agent_id=agent_id,
-            as_of=as_of,
-            after=previous.guidance_delivered_through if previous is not None else None,
-        ),
+        guidance=tuple(sorted(found, key=lambda m: m.sequence)[:GUIDANCE_PER_BUILD]),
     )
     outcome = _assemble(plan, selections=_select_sources(plan))
     outcome = replace(
@@ -276,23 +288,20 @@ def context_build(
     return outcome
 
 
-def _queued_guidance(
-    *, cluster_id: str, agent_id: str, as_of: MessageFilter, after: int | None
-) -> tuple[MessageRecord, ...]:
+def _guidance_wheres(
+    *, agent_id: str, as_of: MessageFilter, after: int | None
+) -> list[MessageFilter]:
     """The agent's mailbox after its cursor (zeroshot's ``queryGuidanceMailbox``): every
-    ``USER_GUIDANCE_CLUSTER`` and the ``USER_GUIDANCE_AGENT`` addressed to it, the oldest
-    ``GUIDANCE_PER_BUILD`` in sequence order; two index seeks in one statement."""
-    wheres = [
+    ``USER_GUIDANCE_CLUSTER`` and the ``USER_GUIDANCE_AGENT`` addressed to it; of what they
+    find, the build carries the oldest ``GUIDANCE_PER_BUILD`` in sequence order. Two index
+    seeks in one statement (with a task's trigger, three)."""
+    return [
         replace(as_of, topic=str(topic), receiver=receiver, after=after)
         for topic, receiver in (
             (Topic.USER_GUIDANCE_CLUSTER, None),
             (Topic.USER_GUIDANCE_AGENT, agent_id),
         )
     ]
-    found = ledger.message_select_each(
-        cluster_id=cluster_id, wheres=wheres, limit=GUIDANCE_PER_BUILD
-    )
-    return tuple(sorted(found, key=lambda m: m.sequence)[:GUIDANCE_PER_BUILD])
 
 
 def _check_numbers(

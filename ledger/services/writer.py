@@ -39,6 +39,7 @@ from ledger.statements import (
     WriteCursor,
     claimable,
     cluster_row_claim,
+    cluster_row_claim_or_lock,
     cluster_row_lock,
     cluster_row_update,
     driver_transaction,
@@ -55,22 +56,45 @@ STATE_BY_TOPIC: dict[str, str] = {
 
 
 @contextmanager
-def cluster_transaction(cluster_id: str, *, new: Cluster | None = None) -> Iterator[ClusterWriter]:
+def cluster_transaction(
+    cluster_id: str,
+    *,
+    new: Cluster | None = None,
+    appending: tuple[Sequence[MessageDraft], int] | None = None,
+) -> Iterator[ClusterWriter]:
     """Open the cluster's write transaction; everything written through the writer commits
     together, and the messages are delivered to the bus after the commit, in commit order.
 
     With ``new`` (an unsaved cluster row, see ``cluster_create_transaction``) the cluster is
     created inside the same transaction: it exists only if everything written commits.
+
+    With ``appending`` (drafts, now: what the transaction appends, with one ``append`` of those
+    drafts at that ``now``, and nothing else) the row's lock and its move past them are one
+    statement where the database can (``cluster_row_claim``, as a publish's: decision 0220),
+    unless a draft carries an idempotency key (it may name a message already stored).
     """
     with bus.ordered_commit(cluster_id), transaction.atomic(durable=True):
+        claimed = None
         if new is not None:
             cluster: ClusterRow | None = ClusterRow.of(_cluster_insert(new))
+        elif not cluster_named(cluster_id):
+            cluster = None
+        elif appending and appending[0] and all(d.idempotency_key is None for d in appending[0]):
+            drafts, now = appending
+            count = len(drafts)
+            cluster, moved = cluster_row_claim_or_lock(
+                cluster_id, count=count, floor=stamp_floor(drafts, now=now)
+            )
+            if cluster is not None and moved:
+                claimed = (cluster.last_sequence + count, cluster.last_timestamp + count)
         else:
-            cluster = cluster_row_lock(cluster_id) if cluster_named(cluster_id) else None
+            cluster = cluster_row_lock(cluster_id)
         if cluster is None:
             raise cluster_missing(cluster_id)
         writer = ClusterWriter(cluster)
         yield writer
+        if claimed is not None:
+            writer.claimed(last_sequence=claimed[0], last_timestamp=claimed[1])
         writer.flush()
 
 

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -70,6 +71,10 @@ DEFAULT_MAX_RETRIES = 3
 OUTPUT_MAX_LINES = 1000
 # Leases looked at per claim: a claim ends the leases that ran out before it looks for work.
 EXPIRED_PER_CLAIM = 50
+# How long after a look at the leases a claim may go without another (ms). A lease granted or
+# renewed after the look, by this server or another, runs out at least LEASE_BOUNDS[0]
+# seconds after it was granted, so later than the next look (docs/decisions/0295).
+LEASE_LOOK_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +121,16 @@ def task_claim(
 ) -> Claim | None:
     """Claim the oldest claimable task that passes the filters; None when there is none.
 
-    Leases that ran out are ended first (``tasks_expire``). A task whose build cannot be made
-    (an agent config the engine refuses, a number its tables cannot hold) fails at once, with
-    ``AGENT_ERROR``, and the next one is tried: one bad config never wedges the queue.
+    Leases that ran out are ended first (``tasks_expire``, when one may have: ``lease_look``).
+    A task whose build cannot be made (an agent config the engine refuses, a number its tables
+    cannot hold) fails at once, with ``AGENT_ERROR``, and the next one is tried: one bad config
+    never wedges the queue.
     ``worker`` is recorded as seen whether or not a task is claimed: with the claim it takes
     (``_take``), or else on its own (``runner_seen``).
     """
     started_ns = time.time_ns()  # observe: the claim's span
     lease = _lease_seconds(lease_seconds)
-    tasks_expire(now=ledger.now_ms())
+    _leases_end_when_due(now=ledger.now_ms())
     conductor_watchdogs_fire(now=ledger.now_ms())
     wanted = _Wanted(
         cluster_id=cluster_id,
@@ -222,15 +228,65 @@ def claimable(*, now: int) -> QuerySet[Task]:
     return Task.objects.filter(id__in=expired.union(heads, all=True))
 
 
+class _LeaseLook:
+    """When this process must next look for lapsed leases: the earliest lease its last look
+    saw, and at most ``LEASE_LOOK_MS`` after that look (a lease it did not see was granted or
+    renewed after the look began, for 5 s at least). Until then no lease can have run out, and
+    a claim does not read them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due = 0
+
+    def take(self, now: int) -> bool:
+        """Whether a look is due at ``now``; if so, the others wait for its answer."""
+        with self._lock:
+            if now < self._due:
+                return False
+            self._due = now + LEASE_LOOK_MS
+            return True
+
+    def seen(self, looked_at: int, next_lapse: int | None) -> None:
+        """A look begun at ``looked_at`` found ``next_lapse``: the earliest lease left."""
+        due = looked_at + LEASE_LOOK_MS
+        if next_lapse is not None:
+            due = min(due, next_lapse)
+        with self._lock:
+            self._due = min(self._due, due)
+
+    def now(self) -> None:
+        """The next claim looks, whatever the last look saw: for a lease ended behind this
+        process's back, by a write of its row."""
+        with self._lock:
+            self._due = 0
+
+
+lease_look = _LeaseLook()
+
+
+def _leases_end_when_due(*, now: int) -> None:
+    if lease_look.take(now):
+        tasks_expire(now=now)
+
+
 def tasks_expire(*, now: int) -> int:
     """End the leases that ran out before ``now``; how many were ended.
 
     A lease that expires counts as an attempt (SPEC §7.3): with retries left the task is
     ``expired`` and claimable again, past ``maxRetries`` it fails for good with ``AGENT_ERROR``,
-    like a ``fail`` call: a task whose agent kills its runner every time ends.
+    like a ``fail`` call: a task whose agent kills its runner every time ends. The read also
+    finds the next lease to run out, which tells when a claim must look again (``lease_look``).
     """
     ended = 0
-    for peek in statements.leases_lapsed(now=now, limit=EXPIRED_PER_CLAIM):
+    first = statements.leases_first(limit=EXPIRED_PER_CLAIM + 1)
+    lapsed = [t for t in first if t.lease_expires_at is not None and t.lease_expires_at < now]
+    lapsed = lapsed[:EXPIRED_PER_CLAIM]
+    if len(lapsed) < EXPIRED_PER_CLAIM:
+        following = first[len(lapsed) :]
+        lease_look.seen(now, following[0].lease_expires_at if following else None)
+    else:
+        lease_look.seen(now, now)  # more may have lapsed: the next claim looks again
+    for peek in lapsed:
         cluster = ledger.cluster_get(cluster_id=peek.cluster_id)
         max_retries = _max_retries(cluster, peek.agent_id)
         error = f"its lease expired (attempt {peek.attempts} of {max_retries + 1})"
@@ -470,14 +526,15 @@ def task_complete(
     ).hexdigest()
     # The hook's scripts run before the write transaction (they may take seconds): a read of
     # the row, no lock; the lease is checked again inside the transaction.
-    held = _held_or_completed(
+    read = _held_or_completed(
         task_id=task_id,
         lease_id=lease_id,
         scope=scope,
         body=body_hash,
     )
-    if isinstance(held, Completion):
-        return held
+    if isinstance(read, Completion):
+        return read
+    held, carried_guidance = read
     record = task_record(held)
     cluster_id = held.cluster_id
     cluster = ledger.cluster_get(cluster_id=cluster_id)
@@ -502,7 +559,13 @@ def task_complete(
         )
     try:
         task, messages = _completion_write(
-            held, record, lease_id=lease_id, body=body_hash, outcome=outcome, usage=usage
+            held,
+            record,
+            lease_id=lease_id,
+            body=body_hash,
+            outcome=outcome,
+            usage=usage,
+            carried_guidance=carried_guidance,
         )
     except _LeaseMoved:
         # Nothing was written. What moved it: the same body completing it while the hook ran
@@ -517,7 +580,7 @@ def task_complete(
             return again
         raise Conflict(  # held again under this lease: it cannot be, lease ids are not reused
             f"the lease on task {task_id} moved during its completion",
-            details={"task_id": task_id, "state": again.state},
+            details={"task_id": task_id, "state": again[0].state},
         ) from None
     done = Completion(task=task_record(task), messages=tuple(messages))
     observe.task_completed.send(
@@ -534,39 +597,45 @@ def _completion_write(
     body: str,
     outcome: HookOutcome,
     usage: Mapping[str, JSON] | None,
+    carried_guidance: bool,
 ) -> tuple[Task, list[MessageRecord]]:
     """Write a completion of ``task`` (as read before its hook ran, no lock): its messages and
     its row in the cluster's transaction; ``_LeaseMoved`` (everything rolled back) when the row
-    is no longer claimed under ``lease_id``.
+    is no longer claimed under ``lease_id``. The guidance its build carried
+    (``carried_guidance``, read with the row) is marked delivered; a build that carried none
+    is not written to.
 
     The row is not read again under a lock: its UPDATE is made only while the lease holds,
     which checks the same thing in the same transaction. Nothing a claimed task's record shows
     changes under one lease but its lease's end (a heartbeat), which the completion ends. The
     row is written before the runner's, in the order a claim locks them."""
-    with ledger.cluster_transaction(task.cluster_id) as writer:
-        # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
-        completed, moved = task_moved(
-            task,
-            TaskEvent.COMPLETE,
-            now=ledger.now_ms(),
-            result=outcome.result,
-            usage=dict(usage) if usage else None,
-            completion_hash=body,
-        )
-        assert completed is not None
-        drafts: list[MessageDraft] = []
-        if usage:
-            drafts.append(lifecycle.usage_draft(record, dict(usage)))
-        drafts.append(completed)
-        drafts.extend(outcome.drafts)
-        messages = writer.append(drafts, now=ledger.now_ms())
+    # The move's UPDATE waits for the messages' ids: one UPDATE writes both.
+    completed, moved = task_moved(
+        task,
+        TaskEvent.COMPLETE,
+        now=ledger.now_ms(),
+        result=outcome.result,
+        usage=dict(usage) if usage else None,
+        completion_hash=body,
+    )
+    assert completed is not None
+    drafts: list[MessageDraft] = []
+    if usage:
+        drafts.append(lifecycle.usage_draft(record, dict(usage)))
+    drafts.append(completed)
+    drafts.extend(outcome.drafts)
+    now = ledger.now_ms()
+    # Its messages are known before the transaction: the cluster's row is locked and moved
+    # past them in one statement.
+    with ledger.cluster_transaction(task.cluster_id, appending=(drafts, now)) as writer:
+        messages = writer.append(drafts, now=now)
         task.completion_messages = [m.id for m in messages]
         if not statements.task_save_held(task, [*moved, "completion_messages"], lease_id=lease_id):
             raise _LeaseMoved
         _runner_count(task.worker, "completed")
         if usage and task.build_id is not None:
             build_usage_record(build_id=task.build_id, usage=usage)
-        if task.build_id is not None:
+        if task.build_id is not None and carried_guidance:
             build_guidance_delivered(build_id=task.build_id)
         if usage:
             usage_day_add(
@@ -580,14 +649,16 @@ def _completion_write(
 
 def _held_or_completed(
     *, task_id: str, lease_id: str, scope: str | None, body: str
-) -> Task | Completion:
-    """The task's row (read now, no lock) if it is held under ``lease_id``; or, when that body
-    already completed it, what that completion published; another body is a ``Conflict``.
-    Concurrent completions with one body all get the same answer (SPEC §7.4): only one of them
-    writes (``_completion_write`` checks the lease in its UPDATE), the others read it here."""
-    task = statements.task_by_id(task_id)
+) -> tuple[Task, bool] | Completion:
+    """The task's row (read now, no lock) if it is held under ``lease_id``, and whether its
+    build carried guidance; or, when that body already completed it, what that completion
+    published; another body is a ``Conflict``. Concurrent completions with one body all get
+    the same answer (SPEC §7.4): only one of them writes (``_completion_write`` checks the
+    lease in its UPDATE), the others read it here."""
+    found = statements.task_with_guidance(task_id)
+    task, carried = found if found is not None else (None, False)
     if task is None or not task.completion_hash:
-        return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task)
+        return _held(task_id=task_id, lease_id=lease_id, scope=scope, task=task), carried
     if scope is not None and task.cluster_id != scope:
         raise Forbidden(f"this API key is limited to cluster {scope!r}")
     if task.completion_hash != body:

@@ -354,8 +354,9 @@ def test_page_query_counts_do_not_grow_with_the_ledger(  # type: ignore[no-untyp
     # as of a sequence adds the look-up of that message
     with django_assert_num_queries(12):
         operator.get(inspector(cid), {"as_of": "3"})
-    # a chosen trigger: its sequence turned into its id, then the build reads it by id
-    with django_assert_num_queries(12):
+    # a chosen trigger: its sequence turned into its id, then the build reads it by id with
+    # the guidance mailbox, in one statement (docs/decisions/0297)
+    with django_assert_num_queries(11):
         operator.get(inspector(cid), {"trigger": "3"})
     # session, user, cluster, build A, build B, the build list
     with django_assert_num_queries(6):

@@ -420,3 +420,72 @@ def test_the_cursor_moves_only_from_where_a_run_found_it(cluster: str) -> None:
     # then neither moves it: each message is passed over once, and never one not there
     assert (stale, too_far) == (False, False)
     assert Cluster.objects.get(pk=cluster).pipeline_sequence == 2
+
+
+def test_a_transaction_that_says_what_it_appends_stamps_as_the_locked_row_does(
+    cluster: str,
+) -> None:
+    # given two clusters, one written to by transactions that say beforehand what they append
+    # (one statement locks and moves the row), the other by transactions that do not
+    from ledger.services import cluster_create, cluster_transaction
+
+    other = cluster_create(cluster_id="other").id
+    ahead = now_ms() + 60_000
+    script: list[list[dict[str, Any]]] = [
+        [{"timestamp": ahead}],
+        [{}, {}],
+        [{}, {"timestamp": ahead + 10}, {}],  # a requested stamp inside a batch
+        [{"timestamp": 1}],  # a stamp in the past never moves the clock back
+        [{"topic": "CLUSTER_COMPLETE"}],  # an ending topic moves the state as well
+    ]
+    statements: dict[str, list[list[str]]] = {cluster: [], other: []}
+    for batch in script:
+        for target, said in ((cluster, True), (other, False)):
+            drafts = [MessageDraft(**{"topic": "T", "sender": "s", **fields}) for fields in batch]
+            now = now_ms()
+            with (
+                override_settings(PIPELINE_MODE="off"),  # no pipeline turn after the commit
+                CaptureQueriesContext(connection) as captured,
+                cluster_transaction(target, appending=(drafts, now) if said else None) as w,
+            ):
+                w.append(drafts, now=now)
+            statements[target].append(verbs_of(captured))
+    # then both hold the same sequences, stamps and state; the row was never read, and only
+    # written again for the state an ending topic moves
+    assert stamps(cluster) == stamps(other)
+    for target in (cluster, other):
+        row = Cluster.objects.get(pk=target)
+        assert (row.last_sequence, row.last_timestamp) == stamps(cluster)[-1]
+        assert row.state == ClusterState.COMPLETED
+    for said, unsaid in zip(statements[cluster][:-1], statements[other], strict=False):
+        assert len(said) == len(unsaid) - 1, (said, unsaid)
+        assert "SELECT" not in said
+        assert said.count("UPDATE") == 1
+    assert statements[cluster][-1].count("UPDATE") == 2
+
+
+def test_a_transaction_that_appends_other_than_it_said_writes_nothing(cluster: str) -> None:
+    # given a transaction that says it appends two messages
+    from ledger.services import cluster_transaction
+
+    drafts = [MessageDraft(topic="T", sender="s") for _ in range(2)]
+    # when it appends one of them
+    now = now_ms()
+    with pytest.raises(RuntimeError), cluster_transaction(cluster, appending=(drafts, now)) as w:
+        w.append(drafts[:1], now=now)
+    # then it is rolled back: the row where it was, no message
+    row = Cluster.objects.get(pk=cluster)
+    assert (row.last_sequence, row.last_timestamp) == (0, 0)
+    assert not Message.objects.exists()
+    # and a transaction whose drafts carry keys reads the row under its lock, as before
+    keyed = [MessageDraft(topic="T", sender="s", idempotency_key="k")]
+    with (
+        override_settings(PIPELINE_MODE="off"),
+        CaptureQueriesContext(connection) as captured,
+        cluster_transaction(cluster, appending=(keyed, now)) as w,
+    ):
+        w.append(keyed, now=now)
+    assert [v for v in verbs_of(captured) if v != "BEGIN"][:3] == ["SELECT", "SELECT", "INSERT"]
+    # and one for a cluster that does not exist is NotFound
+    with pytest.raises(NotFound), cluster_transaction("nope", appending=(drafts, now_ms())):
+        pass

@@ -10,11 +10,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from ledger.errors import NotFound
 from ledger.filters import MessageFilter
 from ledger.selectors import (
     cluster_get,
     cluster_list,
     lifecycle_event_latest,
+    message_get,
+    message_get_with_each,
     message_latest,
     message_query,
     message_select,
@@ -138,6 +141,37 @@ def test_the_oldest_of_each_filter_are_one_query_and_each_filters_rows(
     assert sorted(
         message_select_each(cluster_id=filled, wheres=searched, limit=3), key=_place
     ) == sorted([*expected, *beside], key=_place)
+
+
+@pytest.mark.parametrize("where", FILTERS)
+@pytest.mark.parametrize("message_id", ["m4", "m7", "nope"])
+def test_a_message_and_the_oldest_of_each_filter_are_one_query(
+    filled: str, where: MessageFilter, message_id: str, django_assert_num_queries: Any
+) -> None:
+    # given the filter and another (m4 passes some of them: it is read twice then)
+    wheres = [where, _with(where, topic="AGENT_LIFECYCLE", receiver="validator")]
+    expected = [m for w in wheres for m in message_select(cluster_id=filled, where=w, limit=3)]
+    # when a message and the oldest three of each are read together
+    if message_id == "nope":
+        # then a message the cluster lacks is NotFound, as message_get says
+        with django_assert_num_queries(1), pytest.raises(NotFound):
+            message_get_with_each(cluster_id=filled, message_id=message_id, wheres=wheres, limit=3)
+        return
+    with django_assert_num_queries(1):
+        message, found = message_get_with_each(
+            cluster_id=filled, message_id=message_id, wheres=wheres, limit=3
+        )
+    # then they are message_get's message and each filter's rows, in one statement
+    assert message == message_get(cluster_id=filled, message_id=message_id)
+    assert sorted(found, key=_place) == sorted(expected, key=_place)
+    # and with a filter the statements cannot express, the same answers
+    searched = [*wheres, MessageFilter(topic=("PLAN_READY", "AGENT_OUTPUT"))]
+    beside = message_query(cluster_id=filled, where=searched[-1], order="asc", limit=3)
+    message, found = message_get_with_each(
+        cluster_id=filled, message_id=message_id, wheres=searched, limit=3
+    )
+    assert message == message_get(cluster_id=filled, message_id=message_id)
+    assert sorted(found, key=_place) == sorted([*expected, *beside], key=_place)
 
 
 def _place(message: Any) -> tuple[int, str]:

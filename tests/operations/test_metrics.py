@@ -23,6 +23,7 @@ from ledger.models import Cluster
 from operations.metrics import MESSAGES_PUBLISHED, WEBSOCKETS, WebsocketCounter, topic_family
 from runs.logic import engine
 from runs.models import Runner, Task
+from runs.services.tasks import lease_look
 from tests.communicators import CONNECT_TIMEOUT
 from tests.conftest import ApiClient, subprocess_database_url
 from tests.live_server import REPO
@@ -154,6 +155,7 @@ def test_a_scrape_during_a_running_cluster_matches_the_ledger(api: ApiClient) ->
 
     # when the validator's lease runs out after retries, a task waits, and the pipeline lags
     Task.objects.filter(state="claimed").update(lease_expires_at=1, attempts=3)
+    lease_look.now()  # behind this process's back: its next claim looks
     Task.objects.create(
         id="task_" + "0" * 32,
         cluster_id=cluster_id,

@@ -12,6 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.test.utils import CaptureQueriesContext
 
+from context.models import ContextBuild
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from runs import statements
 from runs.models import BufferedTrigger, Task, TaskState
@@ -271,6 +272,34 @@ def test_a_task_read_and_saved_is_the_orms() -> None:
     assert (saved.completion_messages, saved.error) == (["other"], "x" * 10)
 
 
+def test_a_task_read_with_its_builds_guidance_is_the_orms() -> None:
+    # given tasks in every state, two of them with a build, one build carrying guidance
+    tasks_in_every_state()
+    carried = {}
+    for task_id, through in (("task_001", 7), ("task_002", None)):
+        build = ContextBuild.objects.create(
+            cluster_id="c1",
+            agent_id="a",
+            iteration=1,
+            started_at=1,
+            max_tokens=1,
+            final_tokens=1,
+            metrics={},
+            pack_texts=[],
+            guidance_through=through,
+        )
+        Task.objects.filter(pk=task_id).update(build=build)
+        carried[task_id] = through is not None
+    # when each is read with whether its build carried guidance
+    for task in Task.objects.all():
+        found = statements.task_with_guidance(task.id)
+        # then the task is the ORM's, and the answer its build's (none without a build)
+        assert found is not None
+        assert fields(found[0]) == fields(task)
+        assert found[1] is carried.get(task.id, False)
+    assert statements.task_with_guidance("task_nope") is None
+
+
 def test_a_task_inserted_is_the_orms() -> None:
     cluster_create(cluster_id="c1", config={"agents": []}, state="running")
     given: dict[str, Any] = {
@@ -403,14 +432,15 @@ def test_the_trigger_stages_reads_of_tasks_seek_their_indexes() -> None:
     }
     buffer = (statements._buffered_sql(connection.vendor, True), ["c1", False, "a"])
     reads["trigger_buffer_order"] = [buffer]
+    reads["task_lease_expiry"] = [(statements._leases_sql(connection.vendor), ["claimed", 51])]
     for index, statements_of in reads.items():
         for sql, params in statements_of:
             # when each is explained, then it reads its index, not the table's every row
             plan = query_plan(sql, params)
             assert index in plan, plan
-    lapsed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lt=920)
-    assert [fields(t) for t in statements.leases_lapsed(now=920, limit=2)] == [
-        fields(t) for t in lapsed.order_by("lease_expires_at")[:2]
+    claimed = Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__isnull=False)
+    assert [fields(t) for t in statements.leases_first(limit=3)] == [
+        fields(t) for t in claimed.order_by("lease_expires_at")[:3]
     ]
 
 
@@ -469,7 +499,11 @@ def test_buffer_rows_are_deleted_and_dropped_in_their_cluster_only() -> None:
     )
 
 
-def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:
+def test_a_claim_and_a_completion_make_a_pinned_number_of_queries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the test's claims come within one look at the leases, however slow the machine
+    monkeypatch.setattr("runs.services.tasks.LEASE_LOOK_MS", 60_000)
     # given a running cluster with two agents and a task for each
     agents = [
         {"id": f"w{n}", "role": "implementation", "prompt": "Work.", "triggers": [{"topic": "GO"}]}
@@ -478,7 +512,7 @@ def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:
     cluster_create(cluster_id="c1", config={"agents": agents}, state="running")
     for _ in range(2):
         message_publish(cluster_id="c1", draft=MessageDraft(topic="GO", sender="system"))
-    task_claim(cluster_id="c1", worker="w")  # the runner is known from now on
+    task_claim(cluster_id="c1", worker="w")  # the runner is known, the leases looked at
     # when a claim and its completion are made
     with CaptureQueriesContext(connection) as claiming:
         claim = task_claim(cluster_id="c1", worker="w")
@@ -495,5 +529,5 @@ def test_a_claim_and_a_completion_make_a_pinned_number_of_queries() -> None:
 
 # The statements of a claim and of a completion, their pipeline turns included, BEGIN/COMMIT
 # counted (SQLite's BEGIN IMMEDIATE is one; PostgreSQL's transactions open implicitly).
-CLAIM_QUERIES = {"sqlite": 20, "postgresql": 20}
-COMPLETE_QUERIES = {"sqlite": 22, "postgresql": 22}
+CLAIM_QUERIES = {"sqlite": 18, "postgresql": 18}
+COMPLETE_QUERIES = {"sqlite": 20, "postgresql": 20}

@@ -17,6 +17,7 @@ from runs import states
 from runs.models import OPEN_STATES, Task, TaskState
 from runs.selectors import agent_activity
 from runs.services import task_claim, task_complete
+from runs.services.tasks import lease_look
 from runs.states import TRANSITIONS, IllegalTransition, TaskEvent, next_state, task_move
 from tests.conftest import ApiClient
 
@@ -54,6 +55,7 @@ def claim(api: ApiClient, **body: Any) -> Any:
 
 def lease_runs_out(task_id: str) -> None:
     Task.objects.filter(pk=task_id).update(lease_expires_at=1)
+    lease_look.now()  # ended behind this process's back: its next claim looks
 
 
 # --- the table -----------------------------------------------------------------------------------

@@ -19,12 +19,14 @@ from ledger.interfaces import (
     cluster_get,
     message_publish,
     message_query,
+    now_ms,
 )
 from ledger.keys import api_key_create
 from ledger.models import Message
+from runs import statements
 from runs.models import BufferedTrigger, Runner, Task
 from runs.services import task_claim, task_complete
-from runs.services.tasks import tasks_expire
+from runs.services.tasks import lease_look, tasks_expire
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -206,6 +208,42 @@ def test_a_lease_that_moves_while_the_hook_runs_refuses_the_completion() -> None
     assert Runner.objects.get(name="w").completed == 0
 
 
+def test_a_claim_looks_for_lapsed_leases_only_when_one_may_have_run_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given two agents with a task each, this process's clock, and its looks at the leases
+    cid = running(agent("a"), agent("b"))
+    publish(cid)
+    start = now_ms()
+    clock = [start]
+    monkeypatch.setattr("ledger.interfaces.now_ms", lambda: clock[0])
+    looks: list[int] = []
+    leases_first = statements.leases_first
+
+    def looked(*, limit: int) -> list[Task]:
+        looks.append(clock[0] - start)
+        return leases_first(limit=limit)
+
+    monkeypatch.setattr(statements, "leases_first", looked)
+    # when a's task is claimed under the shortest lease (5 s), b's just before a second has
+    # passed, then claims come for a, whose task is held, until its lease has run out
+    first = task_claim(agents=["a"], lease_seconds=5)
+    clock[0] = start + 999
+    assert task_claim(agents=["b"], lease_seconds=5) is not None
+    for at in (1000, 1500, 5000):
+        clock[0] = start + at
+        assert task_claim(agents=["a"]) is None
+    clock[0] = start + 5001
+    again = task_claim(agents=["a"])
+    # then the leases were read by the first claim, a second after it (a's lease seen, due
+    # at 5 s), when that lease was due, and once it had run out, when a's task was taken again
+    assert looks == [0, 1000, 5000, 5001]
+    assert first is not None
+    assert again is not None
+    assert again.task.id == first.task.id
+    assert again.task.attempts == 2
+
+
 def test_a_lost_lease_is_claimed_again_and_the_late_worker_gets_409(api: ApiClient) -> None:
     # given a task claimed by a worker that stopped heartbeating
     cid = running(agent("worker"))
@@ -214,6 +252,7 @@ def test_a_lost_lease_is_claimed_again_and_the_late_worker_gets_409(api: ApiClie
     beat = api.post(f"/api/v1/tasks/{late['id']}/heartbeat", {"lease_id": late["lease_id"]})
     assert beat.status_code == 200
     Task.objects.filter(pk=late["id"]).update(lease_expires_at=1)  # its lease has run out
+    lease_look.now()  # behind this process's back: its next claim looks
     # when another worker claims
     fresh = claim(api, worker="fresh")["task"]
     # then it gets the same task under a new lease, and the late worker is refused
