@@ -19,6 +19,7 @@ from ledger.services import (
     message_import_batch,
     message_publish,
 )
+from snapshots.state import SNAPSHOT_TRIGGER_TOPICS
 from tests.communicators import CONNECT_TIMEOUT
 from zeroshot_web.asgi import application
 
@@ -423,6 +424,27 @@ def test_empty_cluster_says_what_to_do(operator_client: Client) -> None:
     assert "No messages yet" in html
     assert "POST /api/v1/clusters/fresh-1/messages" in html
     assert "No snapshot yet" in html
+
+
+def test_the_empty_snapshot_panel_names_every_topic_that_makes_a_snapshot(
+    operator_client: Client,
+) -> None:
+    """The hint names the snapshotter's trigger topics, all of them, and says that progress
+    topics count only with progress fields: a WORKER_PROGRESS of text alone makes none."""
+    cluster = cluster_create(cluster_id="quiet-1").id
+    message_publish(
+        cluster_id=cluster,
+        draft=MessageDraft(topic="WORKER_PROGRESS", sender="worker", content={"text": "working"}),
+    )
+
+    html = operator_client.get(f"/clusters/{cluster}/").content.decode()
+    panel = html[html.index('id="snapshot-panel"') :]
+    panel = panel[: panel.index("</section>")]
+
+    assert "No snapshot yet" in panel
+    for topic in SNAPSHOT_TRIGGER_TOPICS:
+        assert f'<span class="mono">{topic}</span>' in panel
+    assert "with progress fields" in panel
 
 
 def test_message_json_is_the_wire_shape(operator_client: Client, busy: str) -> None:
