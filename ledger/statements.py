@@ -764,14 +764,16 @@ def cluster_row_claim(
 
 
 def cluster_row_claim_or_lock(
-    cluster_id: str, *, count: int, floor: int
+    cluster_id: str, *, count: int, floor: int, cursor: WriteCursor | None = None
 ) -> tuple[ClusterRow | None, bool]:
-    """In the connection's current transaction: ``cluster_row_claim`` where it can run, else
-    ``cluster_row_lock``; the row, and whether it was claimed."""
-    with _current_cursor() as cursor:
-        if claimable(cursor):
-            return cluster_row_claim(cluster_id, count=count, floor=floor, cursor=cursor), True
-        return cluster_row_lock(cluster_id, cursor=cursor), False
+    """``cluster_row_claim`` where it can run, else ``cluster_row_lock`` (on ``cursor``, or in
+    the connection's current transaction); the row, and whether it was claimed."""
+    if cursor is None:
+        with _current_cursor() as django:
+            return cluster_row_claim_or_lock(cluster_id, count=count, floor=floor, cursor=django)
+    if claimable(cursor):
+        return cluster_row_claim(cluster_id, count=count, floor=floor, cursor=cursor), True
+    return cluster_row_lock(cluster_id, cursor=cursor), False
 
 
 def autocommit_possible() -> bool:

@@ -37,8 +37,6 @@ from ledger.services.imported_rows import (
 from ledger.statements import (
     ClusterRow,
     WriteCursor,
-    claimable,
-    cluster_row_claim,
     cluster_row_claim_or_lock,
     cluster_row_lock,
     cluster_row_update,
@@ -77,18 +75,11 @@ def cluster_transaction(
         claimed = None
         if new is not None:
             cluster: ClusterRow | None = ClusterRow.of(_cluster_insert(new))
-        elif not cluster_named(cluster_id):
-            cluster = None
-        elif appending and appending[0] and all(d.idempotency_key is None for d in appending[0]):
+        elif appending and appending[0]:
             drafts, now = appending
-            count = len(drafts)
-            cluster, moved = cluster_row_claim_or_lock(
-                cluster_id, count=count, floor=stamp_floor(drafts, now=now)
-            )
-            if cluster is not None and moved:
-                claimed = (cluster.last_sequence + count, cluster.last_timestamp + count)
+            cluster, claimed = _row_for_append(cluster_id, drafts, now=now)
         else:
-            cluster = cluster_row_lock(cluster_id)
+            cluster = cluster_row_lock(cluster_id) if cluster_named(cluster_id) else None
         if cluster is None:
             raise cluster_missing(cluster_id)
         writer = ClusterWriter(cluster)
@@ -111,33 +102,43 @@ def cluster_append(
             if cursor is None:
                 with cluster_transaction(cluster_id) as nested:
                     return nested.append(drafts, now=now, single=single, checked=True)
-            # Without idempotency keys every draft is new: the row's lock and its move past
-            # them are one statement (docs/decisions/0220).
-            claim = claimable(cursor) and all(d.idempotency_key is None for d in drafts)
-            found = None
-            if cluster_named(cluster_id):
-                found = (
-                    cluster_row_claim(
-                        cluster_id,
-                        count=len(drafts),
-                        floor=stamp_floor(drafts, now=now),
-                        cursor=cursor,
-                    )
-                    if claim
-                    else cluster_row_lock(cluster_id, cursor=cursor)
-                )
+            found, claimed = _row_for_append(cluster_id, drafts, now=now, cursor=cursor)
             if found is None:
                 raise cluster_missing(cluster_id)
-            # What the claim wrote, before the writer moves its copy of the row.
-            claimed = (found.last_sequence + len(drafts), found.last_timestamp + len(drafts))
             writer = ClusterWriter(found, cursor=cursor)
             records = writer.append(drafts, now=now, single=single, checked=True)
-            if claim:
+            if claimed is not None:
                 writer.claimed(last_sequence=claimed[0], last_timestamp=claimed[1])
             writer.flush()
         # Committed: handed to the bus as ``transaction.on_commit`` would, under the same lock.
         bus.deliver_committed(writer.committed)
     return records
+
+
+def _row_for_append(
+    cluster_id: str,
+    drafts: Sequence[MessageDraft],
+    *,
+    now: int,
+    cursor: WriteCursor | None = None,
+) -> tuple[ClusterRow | None, tuple[int, int] | None]:
+    """The cluster's row under its lock, for one append of ``drafts`` at ``now``, and what its
+    claim wrote (the last sequence and clock), or ``None`` when it was only locked.
+
+    Without idempotency keys every draft is new: the row's lock and its move past them are one
+    statement where the database can (``cluster_row_claim``: docs/decisions/0220).
+    """
+    if not cluster_named(cluster_id):
+        return None, None
+    if any(d.idempotency_key is not None for d in drafts):
+        return cluster_row_lock(cluster_id, cursor=cursor), None
+    count = len(drafts)
+    row, moved = cluster_row_claim_or_lock(
+        cluster_id, count=count, floor=stamp_floor(drafts, now=now), cursor=cursor
+    )
+    if row is None or not moved:
+        return row, None
+    return row, (row.last_sequence + count, row.last_timestamp + count)
 
 
 def stamp_floor(drafts: Sequence[MessageDraft], *, now: int) -> int:
@@ -406,6 +407,10 @@ class ClusterWriter:
                 self.state_set(STATE_BY_TOPIC[record.topic])
 
 
+# Twelve hex digits hold every stamp the ledger takes (``TIMESTAMP_MAX`` is below 16**12).
+_STAMP_MASK = 16**12 - 1
+
+
 def message_ids_new(stamps: Sequence[int]) -> list[str]:
     """Ids for new messages stamped ``stamps`` (SPEC §1.1: ``msg_`` and 32 lowercase hex): the
     stamp in 12 hex digits, then 80 random bits. A cluster's ids grow with its stamps, so each
@@ -417,10 +422,6 @@ def message_ids_new(stamps: Sequence[int]) -> list[str]:
         f"msg_{stamp & _STAMP_MASK:012x}{tails[20 * i : 20 * i + 20]}"
         for i, stamp in enumerate(stamps)
     ]
-
-
-# Twelve hex digits hold every stamp the ledger takes (``TIMESTAMP_MAX`` is below 16**12).
-_STAMP_MASK = 16**12 - 1
 
 
 def message_row(
