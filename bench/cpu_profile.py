@@ -61,12 +61,23 @@ import perf_http as ph  # a sibling script: the server subprocess, the loads, th
 
 ROOT = ph.ROOT
 RESULTS = ROOT / "bench" / "results"
-PATHS = ("publish", "batch", "tasks", "page", "page-agents", "push", "push-load", "agents")
+PATHS = (
+    "publish",
+    "batch",
+    "tasks",
+    "tasks-loop",
+    "page",
+    "page-agents",
+    "push",
+    "push-load",
+    "agents",
+)
 ROWS = (
     "publish",
     "batch",
     "claim",
     "complete",
+    "tasks-loop",
     "page",
     "page-agents",
     "push",
@@ -350,6 +361,66 @@ class Tasks:
 
         return self._parallel(work)
 
+    def loop(self) -> dict[str, float]:
+        """8 workers as runners work: each claims a task and completes it at once, one after
+        another, over its own kept-alive connection, until the phases' tasks are done. Tasks per
+        second over the whole load, the server's CPU per cycle, and this process's CPU per cycle
+        (the workers' client side, to tell whether they, not the server, set the rate)."""
+        target = self.phases * AGENTS
+        done = [0]
+        lock = threading.Lock()
+        clients = [
+            httpx.Client(base_url=self.server.url, headers=self.headers, timeout=60)
+            for _ in range(8)
+        ]
+        for client in clients:  # connected before the clock starts
+            client.get("/healthz").raise_for_status()
+        errors: list[str] = []
+
+        def worker(client: httpx.Client, n: int) -> None:
+            wanted = {"cluster": "tps", "wait": 0, "worker": f"w{n}"}
+            try:
+                while True:
+                    with lock:
+                        if done[0] >= target:
+                            return
+                        done[0] += 1
+                    answer = client.post("/api/v1/tasks/claim", json=wanted)
+                    answer.raise_for_status()
+                    if answer.status_code == 204:
+                        raise RuntimeError("no task to claim")
+                    task = answer.json()["task"]
+                    answer = client.post(
+                        f"/api/v1/tasks/{task['id']}/complete",
+                        json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
+                    )
+                    answer.raise_for_status()
+            except Exception as error:
+                errors.append(repr(error))
+
+        settle(self.server)
+        threads = [threading.Thread(target=worker, args=(c, n)) for n, c in enumerate(clients)]
+        before, own, began = self.server.cpu_seconds(), time.process_time(), time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - began
+        own = time.process_time() - own
+        settle(self.server)
+        cpu = self.server.cpu_seconds() - before
+        for client in clients:
+            client.close()
+        if errors:
+            raise RuntimeError(f"{errors[0]}\n{self.server.log_tail()}")
+        return {
+            "requests": target,
+            "cpu_ms": 1000 * cpu / target,
+            "req_s": target / wall,
+            "client_cpu_ms": 1000 * own / target,
+            "server_cpu_s": cpu,
+        }
+
     def cycle(self) -> dict[str, dict[str, float]]:
         """Claim and complete every task of the phases; CPU per claim, per completion, per cycle."""
         cpu = {"claim": 0.0, "complete": 0.0}
@@ -551,6 +622,8 @@ def run_paths(
             out["claim"], out["complete"] = cycle["claim"], cycle["complete"]
             out["task_cycle_cpu_ms"] = cycle["cycle"]["cpu_ms"]
             out["task_cycle_s"] = cycle["cycle"]["req_s"]
+        elif path == "tasks-loop":
+            out[path] = tasks.loop()
         elif path == "page":
             out[path] = measured(server, page_load(server, args.pages))
         elif path == "page-agents":
@@ -658,7 +731,8 @@ def bench_one(
     rounds: list[dict[str, Any]] = []
     profiles: dict[str, Any] = {}
     try:
-        tasks_needed = args.tasks * (args.rounds + (0 if args.no_profile else 1)) + 16
+        task_paths = len({"tasks", "tasks-loop"} & set(paths))
+        tasks_needed = task_paths * args.tasks * (args.rounds + (0 if args.no_profile else 1)) + 16
         prepare(server, tasks_needed)
         server.start()
         try:
@@ -764,6 +838,10 @@ def table(results: dict[str, Any]) -> list[str]:
             note = ""
             if path == "batch":
                 note = f"{fmt([r['cpu_ms_per_message'] for r in rows], 3)} ms per message"
+            if path == "tasks-loop":
+                thr = fmt([r["req_s"] for r in rows], 0) + " tasks/s"
+                client = fmt([r["client_cpu_ms"] for r in rows])
+                note = f"per task cycle; the 8 workers' own CPU {client} ms a cycle"
             if path == "complete":
                 cycle = [r["task_cycle_cpu_ms"] for r in rounds if "task_cycle_cpu_ms" in r]
                 rate = [r["task_cycle_s"] for r in rounds if "task_cycle_s" in r]

@@ -1,0 +1,1 @@
+"""Database backends of the ledger (``DATABASES[…]["ENGINE"]``)."""
