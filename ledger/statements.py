@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from itertools import chain
-from typing import Any, Protocol, cast
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -544,39 +544,10 @@ def _cursor_move_sql(vendor: str) -> str:
 def pipeline_cursor_move(*, cluster_id: str, after: int, to: int) -> bool:
     """Move a cluster's pipeline cursor from ``after`` to ``to`` (at most its newest message)
     in one statement, only if it is still at ``after``: False when another run moved it."""
-    with write_turn(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(_cursor_move_sql(connection.vendor), [to, cluster_id, after, to])
         moved: int = cursor.rowcount
     return moved == 1
-
-
-@contextmanager
-def write_turn() -> Iterator[None]:
-    """A write outside any transaction (one statement, its own transaction) in this process's
-    turn to write, where the database has turns (ledger/backends/sqlite3); else as it is."""
-    db = connections[DEFAULT_DB_ALIAS]
-    turns = _turns(db)
-    if turns is None or db.in_atomic_block:
-        yield
-        return
-    took = turns.write_turn_take()
-    try:
-        yield
-    finally:
-        if took:
-            turns.write_turn_give()
-
-
-class _Turns(Protocol):
-    """A database whose writers in one process take turns (ledger/backends/sqlite3)."""
-
-    def write_turn_take(self) -> bool: ...
-
-    def write_turn_give(self) -> None: ...
-
-
-def _turns(db: BaseDatabaseWrapper) -> _Turns | None:
-    return cast(_Turns, db) if hasattr(db, "write_turn_take") else None
 
 
 # --- writes ------------------------------------------------------------------------------
@@ -738,14 +709,9 @@ def driver_transaction() -> Iterator[WriteCursor | None]:
         yield None
         return
     db.ensure_connection()
-    # SQLite: this process's writers take turns (ledger/backends/sqlite3).
-    turns = _turns(db)
-    took = False
     with db.wrap_database_errors:
         cursor = db.connection.cursor()
         try:
-            if turns is not None:
-                took = turns.write_turn_take()
             cursor.execute(_begin_sql(db.vendor, getattr(db, "transaction_mode", None)))
             try:
                 if db.queries_logged or db.execute_wrappers:
@@ -758,8 +724,6 @@ def driver_transaction() -> Iterator[WriteCursor | None]:
                 raise
             cursor.execute("COMMIT")
         finally:
-            if turns is not None and took:
-                turns.write_turn_give()
             cursor.close()
 
 

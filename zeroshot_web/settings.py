@@ -143,9 +143,6 @@ TEMPLATES: list[dict[str, Any]] = [
 ]
 
 
-SQLITE_ENGINE = "ledger.backends.sqlite3"
-
-
 def _database() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -164,9 +161,6 @@ def _database() -> dict[str, Any]:
             }
         }
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        # Django's SQLite, with the process's write transactions taking turns instead of
-        # polling for the lock (ledger/backends/sqlite3, docs/decisions/0307).
-        config["ENGINE"] = SQLITE_ENGINE
         # Connections live as long as their thread: the publish endpoints' database threads
         # keep theirs (ledger/threads.py); a request's own thread ends with its request.
         config["CONN_MAX_AGE"] = None

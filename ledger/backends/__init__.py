@@ -1,1 +1,0 @@
-"""Database backends of the ledger (``DATABASES[…]["ENGINE"]``)."""
