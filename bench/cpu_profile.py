@@ -307,9 +307,11 @@ class Tasks:
     and a completion are measured on their own; the pipeline work a completion starts is the
     completion's."""
 
-    def __init__(self, server: BenchServer, tasks: int) -> None:
+    def __init__(self, server: BenchServer, tasks: int, claim_wait: float = 0.0) -> None:
         self.server = server
         self.phases = max(1, tasks // AGENTS)
+        # How long a tasks-loop claim may wait for a task (a runner long-polls: its claims wait).
+        self.claim_wait = claim_wait
         self.held: list[list[dict[str, Any]]] = [[] for _ in range(8)]
         self.headers = {"Authorization": f"Bearer {server.key}"}
 
@@ -378,7 +380,7 @@ class Tasks:
         errors: list[str] = []
 
         def worker(client: httpx.Client, n: int) -> None:
-            wanted = {"cluster": "tps", "wait": 0, "worker": f"w{n}"}
+            wanted = {"cluster": "tps", "wait": self.claim_wait, "worker": f"w{n}"}
             try:
                 while True:
                     with lock:
@@ -607,7 +609,7 @@ def run_paths(
     server: BenchServer, paths: list[str], args: argparse.Namespace, seed: int
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    tasks = Tasks(server, args.tasks)
+    tasks = Tasks(server, args.tasks, args.claim_wait)
     for path in paths:
         if path == "publish":
             out[path] = measured(server, publish_load(server, args.publishes, 1, seed))
@@ -930,6 +932,12 @@ def main() -> None:
     parser.add_argument("--publishes", type=int, default=60, help="per client")
     parser.add_argument("--batches", type=int, default=4, help="per client")
     parser.add_argument("--tasks", type=int, default=256)
+    parser.add_argument(
+        "--claim-wait",
+        type=float,
+        default=0.0,
+        help="the tasks-loop claims' wait, in seconds (a runner's long poll); 0 by default",
+    )
     parser.add_argument("--pages", type=int, default=40)
     parser.add_argument("--sockets", type=int, default=100)
     parser.add_argument("--push-messages", type=int, default=40)

@@ -195,21 +195,25 @@ async def claim_waiting(
             worker=worker,
         )
 
-    if worker and wait > 0:
-        # Seen when it asks, not only when it gets a task: an idle runner is still there. A
-        # claim that does not wait records it itself (``task_claim``), in the same thread hop.
-        await run(
-            lambda: runner_seen(name=worker, labels=dict(wanted.labels), providers=wanted.providers)
-        )
     watch = claim_watch(run)
-    # A claim that may wait looks through the watch first: a thousand arriving at once share
-    # one look instead of taking the write lock a thousand times.
-    if wait <= 0 or await watch.wait(wanted, deadline - time.monotonic()):
-        while True:
-            claim = await run(claim_once)
-            if claim is not None:
-                return claim  # type: ignore[return-value]
-            left = deadline - time.monotonic()
-            if left <= 0 or not await watch.wait(wanted, left):
-                return None
-    return None
+    # A claim that may wait while others wait looks through the watch first: a thousand
+    # arriving at once share one look instead of taking the write lock a thousand times, and
+    # none passes a claim that waited longer. With none waiting, it claims at once, as a claim
+    # that does not wait: one thread hop, and the claim records its runner, claimed or seen.
+    if wait > 0 and watch.waiting > 0:
+        if worker:
+            # Seen when it asks, not only when it gets a task: an idle runner is still there.
+            await run(
+                lambda: runner_seen(
+                    name=worker, labels=dict(wanted.labels), providers=wanted.providers
+                )
+            )
+        if not await watch.wait(wanted, deadline - time.monotonic()):
+            return None
+    while True:
+        claim = await run(claim_once)
+        if claim is not None:
+            return claim  # type: ignore[return-value]
+        left = deadline - time.monotonic()
+        if left <= 0 or not await watch.wait(wanted, left):
+            return None

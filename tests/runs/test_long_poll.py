@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from ledger.keys import api_key_create
-from runs.models import Runner
-from runs.waiting import ClaimFilter, claim_waiting
+from runs.models import Runner, Task
+from runs.waiting import ClaimFilter, claim_waiting, claim_watch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,7 +104,7 @@ def test_a_waiting_claim_holds_no_database_connection(on_postgres: bool) -> None
 
 
 @pytest.mark.parametrize("waits", [False, True])
-def test_a_claim_records_its_runner_once_before_it_claims(
+def test_a_claim_records_its_runner_once_in_the_claim(
     waits: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a task to claim, and the claim's database work run in order on this thread
@@ -113,30 +113,78 @@ def test_a_claim_records_its_runner_once_before_it_claims(
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     statements: list[str] = []
 
-    async def here(fn: Any) -> Any:
-        with CaptureQueriesContext(connection) as ran:
-            done = fn()
-        statements.extend(q["sql"] for q in ran.captured_queries)
-        return done
-
     async def claim() -> Any:
         return await claim_waiting(
             wanted=ClaimFilter(cluster_id="poll"),
             wait=5 if waits else 0,
             lease_seconds=None,
             worker="r1",
-            run=here,
+            run=_captured(statements),
         )
 
-    # when a worker claims, waiting or not
+    # when a worker claims, waiting or not, while no other claim waits
     claimed = asyncio.run(claim())
-    # then its runner was not read when it did not wait (the claim that takes a task records
-    # it in the same statement that counts the claim), and read once when it did (before
-    # the wait)
+    # then it claims at once, and its runner is written once: by the statement that counts
+    # the claim, not read or marked seen before it
     runner = connection.ops.quote_name(Runner._meta.db_table)
     reads = [sql for sql in statements if sql.startswith("SELECT") and runner in sql]
     assert claimed is not None
-    assert len(reads) == (1 if waits else 0)
+    assert reads == []
     writes = [sql for sql in statements if sql.startswith("INSERT") and runner in sql]
-    assert len(writes) == (1 if waits else 0) + 1
+    assert len(writes) == 1
     assert Runner.objects.get(name="r1").claimed == 1
+
+
+def test_a_claim_arriving_while_another_waits_waits_behind_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a claim waiting for work (it found none)
+    running_cluster()
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    first_ran: list[str] = []
+    second_ran: list[str] = []
+
+    def claim(worker: str, wait: float, ran: list[str]) -> Any:
+        return claim_waiting(
+            wanted=ClaimFilter(cluster_id="poll"),
+            wait=wait,
+            lease_seconds=None,
+            worker=worker,
+            run=_captured(ran),
+        )
+
+    async def waiting(count: int) -> None:
+        watch = claim_watch(_captured([]))
+        while watch.waiting < count:
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> tuple[Any, Any]:
+        first = asyncio.create_task(claim("r1", 10, first_ran))
+        await waiting(1)
+        # when another claim arrives, and then a task is queued
+        second = asyncio.create_task(claim("r2", 1, second_ran))
+        await waiting(2)
+        message_publish(cluster_id="poll", draft=MessageDraft(topic="GO", sender="system"))
+        return await first, await second
+
+    first, second = asyncio.run(scenario())
+    # then the claim that waited longer takes the task, and the other waited behind it: marked
+    # seen before its wait, it never asked for a task itself
+    assert first is not None
+    assert second is None
+    tasks = connection.ops.quote_name(Task._meta.db_table)
+    assert not any(tasks in sql for sql in second_ran), second_ran
+    assert Runner.objects.get(name="r2").claimed == 0
+    assert Runner.objects.get(name="r1").claimed == 1
+
+
+def _captured(into: list[str]) -> Any:
+    """A ``run`` for ``claim_waiting`` that runs on this thread and keeps the statements."""
+
+    async def here(fn: Any) -> Any:
+        with CaptureQueriesContext(connection) as ran:
+            done = fn()
+        into.extend(q["sql"] for q in ran.captured_queries)
+        return done
+
+    return here
