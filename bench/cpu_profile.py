@@ -72,17 +72,9 @@ PATHS = (
     "push-load",
     "agents",
 )
-ROWS = (
-    "publish",
-    "batch",
-    "claim",
-    "complete",
-    "tasks-loop",
-    "page",
-    "page-agents",
-    "push",
-    "push-load",
-    "agents",
+# The table's rows: a path's own, the tasks path's two (its claims and its completions).
+ROWS = tuple(
+    row for path in PATHS for row in (("claim", "complete") if path == "tasks" else (path,))
 )
 # What listens in the push paths: the cluster pages, or the agents' streams of the messages.
 LISTENERS = {"push": "pages", "agents": "agent streams"}
@@ -315,16 +307,16 @@ class Tasks:
         self.held: list[list[dict[str, Any]]] = [[] for _ in range(8)]
         self.headers = {"Authorization": f"Bearer {server.key}"}
 
-    def _parallel(self, work: Callable[[httpx.Client, int], int]) -> int:
-        counts = [0] * 8
+    def _on_threads(self, work: Callable[[int], object]) -> None:
+        """``work(n)`` for the 8 workers, each on a thread of its own; raises the first error
+        one of them raised, with the server's log."""
         errors: list[str] = []
 
         def worker(n: int) -> None:
-            with httpx.Client(base_url=self.server.url, headers=self.headers, timeout=60) as c:
-                try:
-                    counts[n] = work(c, n)
-                except Exception as error:
-                    errors.append(repr(error))
+            try:
+                work(n)
+            except Exception as error:
+                errors.append(repr(error))
 
         threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
         for thread in threads:
@@ -333,6 +325,15 @@ class Tasks:
             thread.join()
         if errors:
             raise RuntimeError(f"{errors[0]}\n{self.server.log_tail()}")
+
+    def _parallel(self, work: Callable[[httpx.Client, int], int]) -> int:
+        counts = [0] * 8
+
+        def worker(n: int) -> None:
+            with httpx.Client(base_url=self.server.url, headers=self.headers, timeout=60) as c:
+                counts[n] = work(c, n)
+
+        self._on_threads(worker)
         return sum(counts)
 
     def claim(self) -> int:
@@ -377,44 +378,36 @@ class Tasks:
         ]
         for client in clients:  # connected before the clock starts
             client.get("/healthz").raise_for_status()
-        errors: list[str] = []
 
-        def worker(client: httpx.Client, n: int) -> None:
+        def worker(n: int) -> None:
             wanted = {"cluster": "tps", "wait": self.claim_wait, "worker": f"w{n}"}
-            try:
-                while True:
-                    with lock:
-                        if done[0] >= target:
-                            return
-                        done[0] += 1
-                    answer = client.post("/api/v1/tasks/claim", json=wanted)
-                    answer.raise_for_status()
-                    if answer.status_code == 204:
-                        raise RuntimeError("no task to claim")
-                    task = answer.json()["task"]
-                    answer = client.post(
-                        f"/api/v1/tasks/{task['id']}/complete",
-                        json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
-                    )
-                    answer.raise_for_status()
-            except Exception as error:
-                errors.append(repr(error))
+            while True:
+                with lock:
+                    if done[0] >= target:
+                        return
+                    done[0] += 1
+                answer = clients[n].post("/api/v1/tasks/claim", json=wanted)
+                answer.raise_for_status()
+                if answer.status_code == 204:
+                    raise RuntimeError("no task to claim")
+                task = answer.json()["task"]
+                answer = clients[n].post(
+                    f"/api/v1/tasks/{task['id']}/complete",
+                    json={"lease_id": task["lease_id"], "result": {}, "output": "{}"},
+                )
+                answer.raise_for_status()
 
         settle(self.server)
-        threads = [threading.Thread(target=worker, args=(c, n)) for n, c in enumerate(clients)]
         before, own, began = self.server.cpu_seconds(), time.process_time(), time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.perf_counter() - began
-        own = time.process_time() - own
+        try:
+            self._on_threads(worker)
+            wall = time.perf_counter() - began
+            own = time.process_time() - own
+        finally:
+            for client in clients:
+                client.close()
         settle(self.server)
         cpu = self.server.cpu_seconds() - before
-        for client in clients:
-            client.close()
-        if errors:
-            raise RuntimeError(f"{errors[0]}\n{self.server.log_tail()}")
         return {
             "requests": target,
             "cpu_ms": 1000 * cpu / target,
