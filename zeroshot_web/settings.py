@@ -143,6 +143,13 @@ TEMPLATES: list[dict[str, Any]] = [
 ]
 
 
+def _prepare_threshold() -> int | None:
+    value = os.environ.get("DATABASE_PREPARE_THRESHOLD", "").strip().lower()
+    if value == "off":
+        return None
+    return env_int("DATABASE_PREPARE_THRESHOLD", 5)
+
+
 def _database() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -158,7 +165,13 @@ def _database() -> dict[str, Any]:
                 "min_size": env_int("DATABASE_POOL_MIN", 2),
                 "max_size": env_int("DATABASE_POOL_MAX", 20),
                 "timeout": 10,
-            }
+            },
+            # Parameters bound by PostgreSQL, and a statement run more than this many times on a
+            # connection prepared there: parsed and planned once instead of every time
+            # (docs/decisions/0309). "off" for a pooler in transaction mode, which cannot keep
+            # a connection's prepared statements.
+            "server_side_binding": True,
+            "prepare_threshold": _prepare_threshold(),
         }
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Connections live as long as their thread: the publish endpoints' database threads

@@ -74,3 +74,48 @@ def test_a_publish_is_three_statements_whatever_the_ledger_holds(cluster: str) -
         "INSERT",  # one executemany
         "UPDATE",
     ]
+
+
+def test_postgres_prepares_a_statement_its_connection_repeats() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL run only")
+    from ledger.models import Cluster
+
+    # given a connection that runs the same query, with other values, more than five times
+    for n in range(7):
+        Cluster.objects.filter(pk=f"c{n}").exists()
+    # then PostgreSQL holds it prepared: parsed and planned once, its values bound there
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['%FROM "ledger_cluster"%'],
+        )
+        assert cursor.fetchone()[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "threshold"), [("", 5), ("0", 0), ("12", 12), ("off", None), (" OFF ", None)]
+)
+def test_the_prepare_threshold_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, threshold: int | None
+) -> None:
+    from zeroshot_web import settings
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://u@db:5432/ledger")
+    monkeypatch.setenv("DATABASE_PREPARE_THRESHOLD", value)
+    options = settings._database()["OPTIONS"]
+    assert options["server_side_binding"] is True
+    assert options["prepare_threshold"] == threshold
+
+
+def test_a_prepare_threshold_that_is_not_a_number_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from zeroshot_web import settings
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://u@db:5432/ledger")
+    monkeypatch.setenv("DATABASE_PREPARE_THRESHOLD", "often")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARE_THRESHOLD"):
+        settings._database()

@@ -155,13 +155,14 @@ def driver_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     import psycopg
 
     sent: list[str] = []
-    execute = psycopg.ClientCursor.execute
+    # Django's cursors bind on the server (settings: ``server_side_binding``): plain cursors.
+    execute = psycopg.Cursor.execute
 
     def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         sent.append(str(query))
         return execute(cursor, query, *args, **kwargs)
 
-    monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     return sent
 
 
