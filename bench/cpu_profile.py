@@ -237,6 +237,27 @@ class BenchServer(ph.Server):
             total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
         return total
 
+    def database_cpu_seconds(self) -> float:
+        """PostgreSQL's own CPU: every ``postgres`` process of the machine (its backends, the
+        WAL writer, the checkpointer), on the same cores as the server. 0 on SQLite, which
+        runs inside the server."""
+        if not self.env["DATABASE_URL"].startswith("postgres"):
+            return 0.0
+        return postgres_cpu_seconds()
+
+
+def postgres_cpu_seconds() -> float:
+    total = 0
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = stat_file.read_text()
+        except OSError:
+            continue
+        if "(postgres)" in stat:
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
 
 def children(pid: int) -> list[int]:
     found: list[int] = []
@@ -265,14 +286,16 @@ def settle(server: BenchServer, seconds: float = 0.6) -> None:
 def measured(server: BenchServer, load: Callable[[], int]) -> dict[str, float]:
     """Server CPU over ``load`` (which returns the requests it made), the settling included."""
     settle(server)
-    cpu, began = server.cpu_seconds(), time.perf_counter()
+    cpu, db_cpu, began = server.cpu_seconds(), server.database_cpu_seconds(), time.perf_counter()
     requests = load()
     wall = time.perf_counter() - began
     settle(server)
     cpu = server.cpu_seconds() - cpu
+    db_cpu = server.database_cpu_seconds() - db_cpu
     return {
         "requests": requests,
         "cpu_ms": 1000 * cpu / requests,
+        "db_cpu_ms": 1000 * db_cpu / requests,
         "req_s": requests / wall,
         "server_cpu_s": cpu,
     }
@@ -399,6 +422,7 @@ class Tasks:
 
         settle(self.server)
         before, own, began = self.server.cpu_seconds(), time.process_time(), time.perf_counter()
+        db_before = self.server.database_cpu_seconds()
         try:
             self._on_threads(worker)
             wall = time.perf_counter() - began
@@ -408,9 +432,11 @@ class Tasks:
                 client.close()
         settle(self.server)
         cpu = self.server.cpu_seconds() - before
+        db_cpu = self.server.database_cpu_seconds() - db_before
         return {
             "requests": target,
             "cpu_ms": 1000 * cpu / target,
+            "db_cpu_ms": 1000 * db_cpu / target,
             "req_s": target / wall,
             "client_cpu_ms": 1000 * own / target,
             "server_cpu_s": cpu,
@@ -841,6 +867,9 @@ def table(results: dict[str, Any]) -> list[str]:
                 cycle = [r["task_cycle_cpu_ms"] for r in rounds if "task_cycle_cpu_ms" in r]
                 rate = [r["task_cycle_s"] for r in rounds if "task_cycle_s" in r]
                 note = f"task cycle (claim + complete): {fmt(cycle)} ms, {fmt(rate, 0)} tasks/s"
+            if db == "postgresql" and all("db_cpu_ms" in r for r in rows):
+                own = f"PostgreSQL's own CPU {fmt([r['db_cpu_ms'] for r in rows])} ms"
+                note = f"{note}; {own}" if note else own
             lines.append(f"| {kind} | {db} | {path} | {cpu} | {thr} | {note} |")
     return lines
 
