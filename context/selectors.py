@@ -224,7 +224,9 @@ def build_previous(*, cluster_id: str, agent_id: str, until: int | None) -> Prev
         *(cluster_id, agent_id, *bound, True),
         *(cluster_id, agent_id, cluster_id, agent_id, *bound),
     ]
-    rows = statement_rows(_previous_sql(connection.vendor, until=until is not None), params)
+    rows = statement_rows(
+        _previous_sql(connection.vendor, until=until is not None), params, prepare=True
+    )
     if not rows:
         return None
     row = rows[0]

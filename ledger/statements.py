@@ -151,20 +151,23 @@ def _watched(db: BaseDatabaseWrapper) -> bool:
     return bool(db.queries_logged or db.execute_wrappers or db.needs_rollback)
 
 
-def statement_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+def statement_rows(
+    sql: str, params: Sequence[Any], *, prepare: bool = False
+) -> list[tuple[Any, ...]]:
     """Run a prebuilt statement (SQL written with ``%s`` parameters, no literal ``%``) and
     return its rows: on the database driver's own cursor, in whatever transaction the
     connection is in, unless Django is watching (``_watched``), which then runs it on its
-    cursor and sees it. Errors are Django's, as from its cursor (docs/decisions/0195)."""
+    cursor and sees it. Errors are Django's, as from its cursor (docs/decisions/0195).
+    ``prepare``: see ``WriteCursor.execute``."""
     with _current_cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, params, prepare=prepare)
         return cursor.fetchall()
 
 
-def statement_count(sql: str, params: Sequence[Any]) -> int:
+def statement_count(sql: str, params: Sequence[Any], *, prepare: bool = False) -> int:
     """``statement_rows`` for a write: the rows it changed (the cursor's ``rowcount``)."""
     with _current_cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, params, prepare=prepare)
         return cursor.rowcount
 
 
@@ -329,7 +332,9 @@ def message_topics_after(
 ) -> list[tuple[int, str, bool]]:
     """``messages_after`` without the messages: each one's sequence, topic and whether it was
     imported, which is all the pipeline needs to pass over messages no stage reacts to."""
-    rows = statement_rows(_after_topics_select(connection.vendor), [cluster_id, after, upto, limit])
+    rows = statement_rows(
+        _after_topics_select(connection.vendor), [cluster_id, after, upto, limit], prepare=True
+    )
     return [(sequence, topic, bool(imported)) for sequence, topic, imported in rows]
 
 
@@ -338,7 +343,9 @@ def messages_after(
 ) -> list[tuple[MessageRecord, bool]]:
     """The messages with ``after < sequence <= upto``, at most ``limit``, in sequence order,
     each with whether it was imported: the post-commit pipeline's read."""
-    rows = statement_rows(_after_select(connection.vendor), [cluster_id, after, upto, limit])
+    rows = statement_rows(
+        _after_select(connection.vendor), [cluster_id, after, upto, limit], prepare=True
+    )
     return [(_message(row[:-1], cluster_id), bool(row[-1])) for row in rows]
 
 
@@ -357,20 +364,24 @@ def _one_select(vendor: str, key: str) -> str:
 
 def message_by_id(*, cluster_id: str, message_id: str) -> MessageRecord | None:
     """The message ``message_id`` of the cluster, or None: a claim's build reads its trigger."""
-    rows = statement_rows(_one_select(connection.vendor, "message_id"), [cluster_id, message_id])
+    rows = statement_rows(
+        _one_select(connection.vendor, "message_id"), [cluster_id, message_id], prepare=True
+    )
     return _message(rows[0], cluster_id) if rows else None
 
 
 def message_by_sequence(*, cluster_id: str, sequence: int) -> MessageRecord | None:
     """The message at ``sequence`` in the cluster, or None: the snapshotter checks what it
     folded last this way on every turn with a trigger message."""
-    rows = statement_rows(_one_select(connection.vendor, "sequence"), [cluster_id, sequence])
+    rows = statement_rows(
+        _one_select(connection.vendor, "sequence"), [cluster_id, sequence], prepare=True
+    )
     return _message(rows[0], cluster_id) if rows else None
 
 
 def cluster_row(*, cluster_id: str) -> ClusterRecord | None:
     """One cluster as ``selectors.cluster_record`` detaches it, or ``None``."""
-    found = statement_rows(_cluster_select(connection.vendor), [cluster_id])
+    found = statement_rows(_cluster_select(connection.vendor), [cluster_id], prepare=True)
     if not found:
         return None
     (id_, created_at, state, config, template, params, last_sequence, labels, version, newest) = (
@@ -450,7 +461,7 @@ def _pipeline_select(vendor: str) -> str:
 def pipeline_cluster(*, cluster_id: str) -> tuple[ClusterRecord, int] | None:
     """A cluster as ``selectors.cluster_record`` detaches a row (its activity is its clock),
     with its pipeline cursor; ``None`` when it does not exist or the cursor is caught up."""
-    found = statement_rows(_pipeline_select(connection.vendor), [cluster_id])
+    found = statement_rows(_pipeline_select(connection.vendor), [cluster_id], prepare=True)
     if not found:
         return None
     (id_, created_at, state, config, template, params, last_sequence, last_timestamp) = found[0][:8]
@@ -600,7 +611,16 @@ class WriteCursor:
     cursor gets it with ``?``. It holds the connection it was opened on, so that the statements
     do not look ``django.db.connection`` up again for each of them."""
 
-    __slots__ = ("_cursor", "_qmark", "driver", "features", "ops", "params_limit", "vendor")
+    __slots__ = (
+        "_cursor",
+        "_qmark",
+        "_server_bound",
+        "driver",
+        "features",
+        "ops",
+        "params_limit",
+        "vendor",
+    )
 
     def __init__(self, cursor: Any, *, db: BaseDatabaseWrapper, driver: bool) -> None:
         self._cursor = cursor
@@ -610,11 +630,20 @@ class WriteCursor:
         self.ops = db.ops
         self.features = db.features
         self._qmark = driver and db.vendor == "sqlite"
+        # psycopg's cursor that binds on the server, which can prepare (``_driver_cursor``).
+        self._server_bound = driver and db.vendor == "postgresql"
         # How many parameters one statement may bind.
         self.params_limit = _params_limit(db)
 
-    def execute(self, sql: str, params: Sequence[Any]) -> None:
-        self._cursor.execute(_qmark(sql) if self._qmark else sql, params)
+    def execute(self, sql: str, params: Sequence[Any], *, prepare: bool = False) -> None:
+        """Run ``sql``. ``prepare``: on PostgreSQL, prepared on this connection at its first
+        run and planned once for any values, for a statement whose plan cannot depend on them
+        (a lookup by key, an insert, a seek of an index that starts with its equalities);
+        every other statement is parsed and planned at each run (docs/decisions/0309)."""
+        if self._server_bound:
+            self._cursor.execute(sql, params, prepare=prepare)
+        else:
+            self._cursor.execute(_qmark(sql) if self._qmark else sql, params)
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         self._cursor.executemany(_qmark(sql) if self._qmark else sql, params)
@@ -663,7 +692,7 @@ def _current_cursor() -> Iterator[WriteCursor]:
         if db.vendor == "postgresql":
             yield _kept_cursor(db)
             return
-        cursor = db.connection.cursor()
+        cursor = _driver_cursor(db)
         try:
             yield WriteCursor(cursor, db=db, driver=True)
         finally:
@@ -681,9 +710,21 @@ def _kept_cursor(db: BaseDatabaseWrapper) -> WriteCursor:
     connection (the pool lends another, a reconnect) gets a cursor of its own."""
     kept: tuple[Any, WriteCursor] | None = getattr(db, _KEPT, None)
     if kept is None or kept[0] is not db.connection or kept[1].closed:
-        kept = (db.connection, WriteCursor(db.connection.cursor(), db=db, driver=True))
+        kept = (db.connection, WriteCursor(_driver_cursor(db), db=db, driver=True))
         setattr(db, _KEPT, kept)
     return kept[1]
+
+
+def _driver_cursor(db: BaseDatabaseWrapper) -> Any:
+    """The database driver's own cursor for the prebuilt statements. On PostgreSQL one that
+    binds the values on the server, so that psycopg can prepare the statements that ask for it
+    (``WriteCursor.execute``). Django's own cursors, the ORM's, bind on the client and are
+    never prepared (docs/decisions/0309)."""
+    if db.vendor == "postgresql":
+        import psycopg
+
+        return psycopg.Cursor(db.connection)
+    return db.connection.cursor()
 
 
 @cache
@@ -710,19 +751,23 @@ def driver_transaction() -> Iterator[WriteCursor | None]:
         return
     db.ensure_connection()
     with db.wrap_database_errors:
-        cursor = db.connection.cursor()
+        cursor = _driver_cursor(db)
+        # Transaction control is never prepared (a prepared statement is a query's).
+        control = WriteCursor(cursor, db=db, driver=True)
         try:
-            cursor.execute(_begin_sql(db.vendor, getattr(db, "transaction_mode", None)))
+            control.execute(
+                _begin_sql(db.vendor, getattr(db, "transaction_mode", None)), [], prepare=False
+            )
             try:
                 if db.queries_logged or db.execute_wrappers:
                     with db.cursor() as seen:
                         yield WriteCursor(seen, db=db, driver=False)
                 else:
-                    yield WriteCursor(cursor, db=db, driver=True)
+                    yield control
             except BaseException:
-                cursor.execute("ROLLBACK")
+                control.execute("ROLLBACK", [], prepare=False)
                 raise
-            cursor.execute("COMMIT")
+            control.execute("COMMIT", [], prepare=False)
         finally:
             cursor.close()
 
@@ -738,7 +783,7 @@ def cluster_row_lock(cluster_id: str, *, cursor: WriteCursor | None = None) -> C
     if cursor is None:
         with _current_cursor() as django:
             return cluster_row_lock(cluster_id, cursor=django)
-    cursor.execute(_lock_sql(cursor.vendor), [cluster_id])
+    cursor.execute(_lock_sql(cursor.vendor), [cluster_id], prepare=True)
     found = cursor.fetchone()
     return None if found is None else ClusterRow(cluster_id, *found)
 
@@ -753,7 +798,9 @@ def cluster_row_claim(
     one before the first new message's (so ``ClusterWriter`` stamps the messages as the row
     did), or ``None`` when the cluster does not exist. Only on databases that return rows
     from an ``UPDATE`` (``claimable``)."""
-    cursor.execute(_claim_sql(cursor.vendor), [count, count, floor + count - 1, cluster_id])
+    cursor.execute(
+        _claim_sql(cursor.vendor), [count, count, floor + count - 1, cluster_id], prepare=True
+    )
     found = cursor.fetchone()
     if found is None:
         return None
@@ -801,9 +848,13 @@ def cluster_claim_insert(
         params.append(order)
         params += [v for name, v in zip(MESSAGE_COLUMNS, row, strict=True) if name not in _CLAIMED]
         params += defaults
-    placed = statement_rows(sql, params)
+    # A statement per number of rows: the few of single publishes and task ends are prepared.
+    placed = statement_rows(sql, params, prepare=len(rows) <= PREPARED_ROWS)
     return {message_id: (sequence, timestamp) for message_id, sequence, timestamp in placed}
 
+
+# The most rows of a ``cluster_claim_insert`` that is prepared (``WriteCursor.execute``).
+PREPARED_ROWS = 4
 
 # The message columns ``cluster_claim_insert`` takes from the claimed row, not from its caller.
 _CLAIMED = {"sequence": "last_sequence", "timestamp": "last_timestamp"}
@@ -825,6 +876,7 @@ def cluster_row_update(
     cursor.execute(
         _update_sql(cursor.vendor, tuple(fields)),
         [*(getattr(row, name) for name in fields), row.id],
+        prepare=True,
     )
 
 
@@ -852,7 +904,7 @@ def message_insert(
     sql, defaults = _insert_sql(cursor.vendor, columns, json_as_text)
     params = [(*row, *defaults) for row in rows] if defaults else rows
     if len(params) == 1:
-        cursor.execute(sql, params[0])
+        cursor.execute(sql, params[0], prepare=True)
         return
     if cursor.vendor == "postgresql" and cursor.driver:
         # One ``COPY`` of the rows: psycopg formats them in C, where ``executemany`` adapted

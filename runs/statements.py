@@ -117,7 +117,7 @@ def _task_by_id_sql(vendor: str, lock: bool) -> str:
 
 def task_by_id(task_id: str, *, lock: bool = False) -> Task | None:
     """The task, or None; ``lock``: ``select_for_update`` (PostgreSQL), inside a transaction."""
-    rows = _rows(_task_by_id_sql(connection.vendor, lock), [task_id])
+    rows = _rows(_task_by_id_sql(connection.vendor, lock), [task_id], prepare=True)
     return _task(rows[0]) if rows else None
 
 
@@ -136,7 +136,7 @@ def task_with_guidance(task_id: str) -> tuple[Task, bool] | None:
     """The task, or None, and whether its build carried guidance (the build's
     ``guidance_through``, written when the build is recorded and never after): a primary-key
     seek of the build in the task's read."""
-    rows = _rows(_task_with_guidance_sql(connection.vendor), [task_id])
+    rows = _rows(_task_with_guidance_sql(connection.vendor), [task_id], prepare=True)
     if not rows:
         return None
     *task, carried = rows[0]
@@ -162,7 +162,7 @@ def task_save(task: Task, fields: Sequence[str] | None = None) -> None:
         field.get_db_prep_save(getattr(task, field.attname), connection)
         for field in _task_fields(names)
     ]
-    if not _count(_task_update_sql(connection.vendor, names), [*params, task.pk]):
+    if not _count(_task_update_sql(connection.vendor, names), [*params, task.pk], prepare=True):
         task.save(update_fields=fields)
 
 
@@ -184,7 +184,7 @@ def task_save_held(task: Task, fields: Sequence[str], *, lease_id: str) -> bool:
         for field in _task_fields(names)
     ]
     sql = _task_update_held_sql(connection.vendor, names)
-    return bool(_count(sql, [*params, task.pk, _CLAIMED, lease_id]))
+    return bool(_count(sql, [*params, task.pk, _CLAIMED, lease_id], prepare=True))
 
 
 @cache
@@ -208,7 +208,7 @@ def task_insert(**values: Any) -> None:
     params = [
         f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)
     ]
-    _count(sql, [*params, *defaults])
+    _count(sql, [*params, *defaults], prepare=True)
 
 
 @cache
@@ -217,7 +217,7 @@ def _task_cluster_sql(vendor: str) -> str:
 
 
 def task_cluster(task_id: str) -> str | None:
-    rows = _rows(_task_cluster_sql(connection.vendor), [task_id])
+    rows = _rows(_task_cluster_sql(connection.vendor), [task_id], prepare=True)
     return str(rows[0][0]) if rows else None
 
 
@@ -231,7 +231,9 @@ def _build_link_sql(vendor: str) -> str:
 
 def task_build_link(*, task_id: str, lease_id: str, build_id: int) -> int:
     """Link a claimed task to its build while ``lease_id`` is its lease; the rows moved."""
-    return _count(_build_link_sql(connection.vendor), [build_id, task_id, _CLAIMED, lease_id])
+    return _count(
+        _build_link_sql(connection.vendor), [build_id, task_id, _CLAIMED, lease_id], prepare=True
+    )
 
 
 # --- claiming --------------------------------------------------------------------------------
@@ -249,7 +251,9 @@ def _leases_sql(vendor: str) -> str:
 def leases_first(*, limit: int) -> list[Task]:
     """Claimed tasks, the lease that runs out first first (``task_lease_expiry``): the lapsed
     ones, then the next to lapse."""
-    return [_task(r) for r in _rows(_leases_sql(connection.vendor), [_CLAIMED, limit])]
+    return [
+        _task(r) for r in _rows(_leases_sql(connection.vendor), [_CLAIMED, limit], prepare=True)
+    ]
 
 
 def _narrow(alias: str, cluster: bool, agents: int, roles: int, providers: int) -> str:
@@ -341,7 +345,10 @@ def claimable_first(
     narrow += [*agents, *roles]
     if providers:
         narrow += ["", *providers]
-    rows = _rows(sql, claimable_params(now=now, narrow=narrow))
+    # Never prepared: a plan made for no values in particular may walk the tasks in created
+    # order behind its LIMIT, through every finished task, where the values' own plan seeks
+    # the few queued ones (docs/decisions/0309).
+    rows = _rows(sql, claimable_params(now=now, narrow=narrow), prepare=False)
     return _task(rows[0]) if rows else None
 
 
@@ -378,7 +385,7 @@ def _runner_seen_sql(vendor: str) -> str:
 
 def runner_seen_row(name: str) -> tuple[int, Any, Any] | None:
     """The runner's last sighting, labels and providers (as the ORM reads its JSON), or None."""
-    rows = _rows(_runner_seen_sql(connection.vendor), [name])
+    rows = _rows(_runner_seen_sql(connection.vendor), [name], prepare=True)
     if not rows:
         return None
     seen, labels, providers = rows[0]
@@ -419,7 +426,7 @@ def runner_claimed(*, name: str, now: int, labels: Any, providers: Any) -> None:
         fields[0].get_db_prep_save(labels, connection),
         fields[1].get_db_prep_save(providers, connection),
     ]
-    _count(_runner_claimed_sql(connection.vendor), params)
+    _count(_runner_claimed_sql(connection.vendor), params, prepare=True)
 
 
 @cache
@@ -433,7 +440,7 @@ def _runner_count_sql(vendor: str, field: str) -> str:
 
 def runner_count(*, name: str, field: str, now: int) -> None:
     """One more ``field`` (claimed, completed, failed) for the runner, seen ``now``."""
-    _count(_runner_count_sql(connection.vendor, field), [now, name])
+    _count(_runner_count_sql(connection.vendor, field), [now, name], prepare=True)
 
 
 # --- the trigger stage -----------------------------------------------------------------------
@@ -460,7 +467,7 @@ def _iteration_sql(vendor: str) -> str:
 def agent_iteration(*, cluster_id: str, agent_id: str) -> int:
     """How many tasks the agent has had: its newest task's iteration (``task_queue`` numbers
     them 1, 2, … and never deletes one), 0 before its first."""
-    rows = _rows(_iteration_sql(connection.vendor), [cluster_id, agent_id])
+    rows = _rows(_iteration_sql(connection.vendor), [cluster_id, agent_id], prepare=True)
     return int(rows[0][0] or 0)
 
 
@@ -474,7 +481,10 @@ def _unsettled_sql(vendor: str) -> str:
 
 def unsettled_tasks(cluster_id: str) -> list[tuple[str, str]]:
     """(agent, task id) of the cluster's tasks that hold their agent busy."""
-    return [(str(a), str(i)) for a, i in _rows(_unsettled_sql(connection.vendor), [cluster_id])]
+    return [
+        (str(a), str(i))
+        for a, i in _rows(_unsettled_sql(connection.vendor), [cluster_id], prepare=True)
+    ]
 
 
 @cache
@@ -552,7 +562,7 @@ def _settle_sql(vendor: str) -> str:
 
 def task_settle(*, task_id: str, sequence: int) -> None:
     """Mark the task's end as offered at ``sequence`` (once)."""
-    _count(_settle_sql(connection.vendor), [sequence, task_id])
+    _count(_settle_sql(connection.vendor), [sequence, task_id], prepare=True)
 
 
 # --- each agent's activity (the cluster page, its agents panel) --------------------------------

@@ -143,11 +143,8 @@ TEMPLATES: list[dict[str, Any]] = [
 ]
 
 
-def _prepare_threshold() -> int | None:
-    value = os.environ.get("DATABASE_PREPARE_THRESHOLD", "").strip().lower()
-    if value == "off":
-        return None
-    return env_int("DATABASE_PREPARE_THRESHOLD", 5)
+# psycopg prepares a statement run this many times on a connection: never, in effect.
+PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 
 
 def _database() -> dict[str, Any]:
@@ -166,12 +163,14 @@ def _database() -> dict[str, Any]:
                 "max_size": env_int("DATABASE_POOL_MAX", 20),
                 "timeout": 10,
             },
-            # Parameters bound by PostgreSQL, and a statement run more than this many times on a
-            # connection prepared there: parsed and planned once instead of every time
-            # (docs/decisions/0309). "off" for a pooler in transaction mode, which cannot keep
-            # a connection's prepared statements.
-            "server_side_binding": True,
-            "prepare_threshold": _prepare_threshold(),
+            # The prebuilt statements whose plan cannot depend on their values are prepared on
+            # each connection at their first run (``ledger.statements.WriteCursor.execute``
+            # asks psycopg to); no statement is prepared for being repeated, which this count
+            # is out of reach for (docs/decisions/0309). None prepares nothing
+            # (DATABASE_PREPARED_STATEMENTS=off): for a pooler in transaction mode.
+            "prepare_threshold": (
+                PREPARE_ONLY_WHEN_ASKED if env_bool("DATABASE_PREPARED_STATEMENTS", True) else None
+            ),
         }
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Connections live as long as their thread: the publish endpoints' database threads

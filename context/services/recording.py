@@ -93,7 +93,7 @@ def build_insert(
         *defaults,
     )
     if connection.features.can_return_columns_from_insert:
-        return int(statement_rows(sql, params)[0][0])
+        return int(statement_rows(sql, params, prepare=True)[0][0])
     with connection.cursor() as cursor:  # SQLite before 3.35: the new id is the last row's
         cursor.execute(sql, params)
         return int(cursor.lastrowid)
@@ -113,4 +113,4 @@ def _delivered(vendor: str) -> str:
 
 def build_guidance_mark(*, build_id: int) -> None:
     """Mark the guidance a build carried as delivered (none carried: nothing changes)."""
-    statement_count(_delivered(connection.vendor), [True, build_id])
+    statement_count(_delivered(connection.vendor), [True, build_id], prepare=True)

@@ -76,46 +76,51 @@ def test_a_publish_is_three_statements_whatever_the_ledger_holds(cluster: str) -
     ]
 
 
-def test_postgres_prepares_a_statement_its_connection_repeats() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL run only")
-    from ledger.models import Cluster
-
-    # given a connection that runs the same query, with other values, more than five times
-    for n in range(7):
-        Cluster.objects.filter(pk=f"c{n}").exists()
-    # then PostgreSQL holds it prepared: parsed and planned once, its values bound there
+def _prepared(pattern: str) -> int:
+    """How many statements like ``pattern`` this connection holds prepared on PostgreSQL."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
-            ['%FROM "ledger_cluster"%'],
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [pattern]
         )
-        assert cursor.fetchone()[0] == 1
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_prepares_the_prebuilt_statements_a_connection_repeats() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL run only")
+    from ledger.interfaces import cluster_create
+    from ledger.models import Cluster
+    from ledger.statements import cluster_row
+    from runs import statements
+
+    cluster_create(cluster_id="c1", config={"agents": []}, state="running")
+    # given a connection that runs each of these more than five times, with other values
+    for n in range(7):
+        cluster_row(cluster_id=f"c{n}")
+        Cluster.objects.filter(pk=f"c{n}", state="running").exists()
+        statements.claimable_first(now=n, cluster_id=f"c{n}", agents=(), roles=(), providers=())
+    # then the prebuilt statement is prepared: parsed and planned once, its values bound there
+    assert _prepared('%FROM "ledger_cluster" c WHERE%') == 1
+    # and neither the ORM's query nor the claim's, whose plan depends on its values
+    assert _prepared('%"ledger_cluster"."state"%') == 0
+    assert _prepared('%FROM "runs_task" t WHERE%') == 0
 
 
 @pytest.mark.parametrize(
-    ("value", "threshold"), [("", 5), ("0", 0), ("12", 12), ("off", None), (" OFF ", None)]
+    ("value", "on"), [(None, True), ("on", True), ("1", True), ("off", False), ("0", False)]
 )
-def test_the_prepare_threshold_comes_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, value: str, threshold: int | None
+def test_prepared_statements_can_be_turned_off(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, on: bool
 ) -> None:
     from zeroshot_web import settings
 
     monkeypatch.setenv("DATABASE_URL", "postgres://u@db:5432/ledger")
-    monkeypatch.setenv("DATABASE_PREPARE_THRESHOLD", value)
-    options = settings._database()["OPTIONS"]
-    assert options["server_side_binding"] is True
-    assert options["prepare_threshold"] == threshold
-
-
-def test_a_prepare_threshold_that_is_not_a_number_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from django.core.exceptions import ImproperlyConfigured
-
-    from zeroshot_web import settings
-
-    monkeypatch.setenv("DATABASE_URL", "postgres://u@db:5432/ledger")
-    monkeypatch.setenv("DATABASE_PREPARE_THRESHOLD", "often")
-    with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARE_THRESHOLD"):
-        settings._database()
+    if value is None:
+        monkeypatch.delenv("DATABASE_PREPARED_STATEMENTS", raising=False)
+    else:
+        monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", value)
+    threshold = settings._database()["OPTIONS"]["prepare_threshold"]
+    # on: psycopg prepares what a statement asks it to (``prepare=True``), nothing for being
+    # repeated; off: nothing
+    assert threshold == (settings.PREPARE_ONLY_WHEN_ASKED if on else None)
