@@ -752,12 +752,10 @@ def driver_transaction() -> Iterator[WriteCursor | None]:
     db.ensure_connection()
     with db.wrap_database_errors:
         cursor = _driver_cursor(db)
-        # Transaction control is never prepared (a prepared statement is a query's).
+        # Its statements are never prepared: BEGIN, ROLLBACK and COMMIT ask nothing else.
         control = WriteCursor(cursor, db=db, driver=True)
         try:
-            control.execute(
-                _begin_sql(db.vendor, getattr(db, "transaction_mode", None)), [], prepare=False
-            )
+            control.execute(_begin_sql(db.vendor, getattr(db, "transaction_mode", None)), [])
             try:
                 if db.queries_logged or db.execute_wrappers:
                     with db.cursor() as seen:
@@ -765,9 +763,9 @@ def driver_transaction() -> Iterator[WriteCursor | None]:
                 else:
                     yield control
             except BaseException:
-                control.execute("ROLLBACK", [], prepare=False)
+                control.execute("ROLLBACK", [])
                 raise
-            control.execute("COMMIT", [], prepare=False)
+            control.execute("COMMIT", [])
         finally:
             cursor.close()
 

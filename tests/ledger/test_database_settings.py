@@ -95,7 +95,7 @@ def test_postgres_prepares_the_prebuilt_statements_a_connection_repeats() -> Non
     from runs import statements
 
     cluster_create(cluster_id="c1", config={"agents": []}, state="running")
-    # given a connection that runs each of these more than five times, with other values
+    # given a connection that runs each of these several times, with other values
     for n in range(7):
         cluster_row(cluster_id=f"c{n}")
         Cluster.objects.filter(pk=f"c{n}", state="running").exists()
