@@ -1,10 +1,13 @@
-"""The ASGI handler that answers a synchronous view in one thread hand-off
-(zeroshot_web/handler.py): Django's answers, byte for byte, whichever way a request goes."""
+"""The ASGI handler that answers a synchronous view in one thread hand-off, on a long-lived
+thread (zeroshot_web/handler.py): Django's answers, byte for byte, whichever way a request
+goes."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
+import warnings
 from typing import Any
 
 import httpx
@@ -12,11 +15,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.handlers.asgi import ASGIHandler
-from django.db import connections
-from django.test import Client
+from django.core.signals import request_started
+from django.db import connection, connections
+from django.db.backends.signals import connection_created
+from django.test import Client, override_settings
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
-from zeroshot_web.handler import SyncViewHandler, _sync_view
+from zeroshot_web.handler import SyncViewHandler, SyncViewThreads, _sync_view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,16 +75,107 @@ def test_every_kind_of_request_gets_djangos_answer(api_key: str) -> None:
         ("GET", "/api/v1/clusters/c1/messages", bearer),  # the API
         ("POST", "/api/v1/tasks/claim", {}),  # an async view, refused
         ("POST", "/clusters/c1/stop/", cookie),  # no CSRF token
+        ("GET", "/api/v1/clusters/c1/export", bearer),  # a streamed answer
     ]
 
     # when each is served by Django's handler and by ours
-    django = answers(ASGIHandler(), requests)
-    ours = answers(SyncViewHandler(), requests)
+    with pytest.warns(Warning, match="must consume synchronous iterators"):
+        django = answers(ASGIHandler(), requests)  # reads all of the export first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ours sends the export as it reads it
+        ours = answers(SyncViewHandler(), requests)
 
     # then every status, header and body is the same
-    assert [a[0] for a in ours] == [200, 200, 404, 302, 404, 200, 401, 403]
+    assert [a[0] for a in ours] == [200, 200, 404, 302, 404, 200, 401, 403, 200]
     assert ours == django
     assert b"&lt;2&gt;" in ours[0][2]
+    assert ours[-1][2].count(b"\n") == 3  # the export: one line a message
+
+
+def signed_in_cookie() -> dict[str, str]:
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("op", password="pw-not-used-123"))
+    return {"Cookie": f"sessionid={client.cookies['sessionid'].value}"}
+
+
+def test_a_pages_requests_run_on_one_long_lived_thread_that_keeps_its_connection() -> None:
+    # given a cluster and a signed-in operator
+    cluster_create(cluster_id="c1")
+    cookie = signed_in_cookie()
+    started_on: list[str] = []
+    connected_on: list[str] = []
+
+    def request_thread(**kwargs: Any) -> None:
+        started_on.append(threading.current_thread().name)
+
+    def connection_thread(**kwargs: Any) -> None:
+        connected_on.append(threading.current_thread().name)
+
+    # when five pages are served one after the other
+    handler = SyncViewHandler()
+    request_started.connect(request_thread)
+    connection_created.connect(connection_thread)
+    try:
+        served = answers(handler, [("GET", "/clusters/c1/", cookie)] * 5)
+    finally:
+        request_started.disconnect(request_thread)
+        connection_created.disconnect(connection_thread)
+
+    # then each ran on the same thread of the handler's, Django's signals included
+    assert [a[0] for a in served] == [200] * 5
+    assert len(set(started_on)) == 1
+    assert started_on[0].startswith("sync-view")
+    assert set(connected_on) == set(started_on)
+    assert handler.threads.started == 1
+    if connection.vendor == "sqlite":
+        # which opened the database once, not once a page (on PostgreSQL, each request borrows
+        # a connection from the pool and gives it back)
+        assert len(connected_on) == 1
+
+
+@override_settings(SYNC_VIEW_THREADS=1)
+def test_pages_asked_at_once_wait_for_the_thread_and_are_all_answered() -> None:
+    cluster_create(cluster_id="c1")
+    cookie = signed_in_cookie()
+    handler = SyncViewHandler()
+    app: Any = handler
+
+    async def at_once() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://localhost"
+            ) as client:
+                pages = [client.get("/clusters/c1/", headers=cookie) for _ in range(4)]
+                return [page.status_code for page in await asyncio.gather(*pages)]
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    assert asyncio.run(at_once()) == [200] * 4
+    assert handler.threads.started == 1
+
+
+def test_threads_are_started_up_to_the_size_then_lent_in_turn() -> None:
+    async def scenario() -> None:
+        threads = SyncViewThreads(2)
+        first, second = await threads.borrow(), await threads.borrow()
+        assert first is not second
+        assert threads.started == 2
+        # a third request waits; one that gives up waiting takes no thread with it
+        waiting = asyncio.ensure_future(threads.borrow())
+        gave_up = asyncio.ensure_future(threads.borrow())
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        gave_up.cancel()
+        threads.give_back(first)
+        assert await waiting is first
+        threads.give_back(second)
+        assert await threads.borrow() is second
+        assert threads.started == 2
+
+    asyncio.run(scenario())
+    with pytest.raises(ValueError, match="at least one"):
+        SyncViewThreads(0)
 
 
 def test_only_synchronous_views_take_the_one_hand_off() -> None:
