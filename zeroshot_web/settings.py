@@ -174,7 +174,7 @@ def _database() -> dict[str, Any]:
         }
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Connections live as long as their thread: the publish endpoints' database threads
-        # keep theirs (ledger/threads.py), and so do the threads synchronous views borrow
+        # keep theirs (ledger/threads.py), and so do the threads requests borrow
         # (zeroshot_web/handler.py).
         config["CONN_MAX_AGE"] = None
         # STYLE.md rule 9: writers queue behind one lock instead of failing with "locked".
@@ -331,10 +331,10 @@ RUNS_SANDBOX_POOL_SIZE = env_int("RUNS_SANDBOX_POOL_SIZE", 4)
 # bytes counted as they arrive) before anything reads or parses it (zeroshot_web/limits.py).
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
-# The threads a server process answers synchronous views on (the dashboard's pages, the API's
-# synchronous endpoints), each keeping its database connection; a request past them waits for
-# one (zeroshot_web/handler.py).
-SYNC_VIEW_THREADS = env_int("ZEROSHOT_SYNC_VIEW_THREADS", 8)
+# The threads a server process keeps for its requests' synchronous work (the dashboard's
+# pages, the API's synchronous endpoints), each keeping its database connection; past them a
+# request gets a thread of its own, as Django gives every request (zeroshot_web/handler.py).
+REQUEST_THREADS = env_int("ZEROSHOT_REQUEST_THREADS", 8)
 # Where async views (the publish endpoints) do their database work: on long-lived threads that
 # keep their connection (ledger/threads.py), unless this is set (the test suite).
 DATABASE_WORK_ON_REQUEST_THREAD = False

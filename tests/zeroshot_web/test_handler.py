@@ -1,6 +1,6 @@
-"""The ASGI handler that answers a synchronous view in one thread hand-off, on a long-lived
-thread (zeroshot_web/handler.py): Django's answers, byte for byte, whichever way a request
-goes."""
+"""The ASGI handler whose requests run on threads that outlive them, and that answers a
+synchronous view in one thread hand-off (zeroshot_web/handler.py): Django's answers, byte for
+byte, whichever way a request goes."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from django.db.backends.signals import connection_created
 from django.test import Client, override_settings
 
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
-from zeroshot_web.handler import SyncViewHandler, SyncViewThreads, _sync_view
+from zeroshot_web.handler import LentThread, RequestThreads, SyncViewHandler, _sync_view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,10 +98,13 @@ def signed_in_cookie() -> dict[str, str]:
     return {"Cookie": f"sessionid={client.cookies['sessionid'].value}"}
 
 
-def test_a_pages_requests_run_on_one_long_lived_thread_that_keeps_its_connection() -> None:
-    # given a cluster and a signed-in operator
+def test_pages_and_queries_run_on_one_kept_thread_that_keeps_its_connection(
+    api_key: str,
+) -> None:
+    # given a cluster, a signed-in operator and an agent's key
     cluster_create(cluster_id="c1")
     cookie = signed_in_cookie()
+    bearer = {"Authorization": f"Bearer {api_key}"}
     started_on: list[str] = []
     connected_on: list[str] = []
 
@@ -111,30 +114,35 @@ def test_a_pages_requests_run_on_one_long_lived_thread_that_keeps_its_connection
     def connection_thread(**kwargs: Any) -> None:
         connected_on.append(threading.current_thread().name)
 
-    # when five pages are served one after the other
+    # when pages (synchronous views) and queries (Django's async chain) are served in turn
     handler = SyncViewHandler()
     request_started.connect(request_thread)
     connection_created.connect(connection_thread)
     try:
-        served = answers(handler, [("GET", "/clusters/c1/", cookie)] * 5)
+        page, query = (
+            ("GET", "/clusters/c1/", cookie),
+            ("GET", "/api/v1/clusters/c1/messages", bearer),
+        )
+        served = answers(handler, [page, query] * 3)
     finally:
         request_started.disconnect(request_thread)
         connection_created.disconnect(connection_thread)
 
-    # then each ran on the same thread of the handler's, Django's signals included
-    assert [a[0] for a in served] == [200] * 5
+    # then each ran on the same thread, Django's signals included
+    assert [a[0] for a in served] == [200] * 6
+    assert len(started_on) == 6
     assert len(set(started_on)) == 1
-    assert started_on[0].startswith("sync-view")
+    assert started_on[0].startswith("request")
     assert set(connected_on) == set(started_on)
     assert handler.threads.started == 1
     if connection.vendor == "sqlite":
-        # which opened the database once, not once a page (on PostgreSQL, each request borrows
-        # a connection from the pool and gives it back)
+        # which opened the database once, not once a request (on PostgreSQL, each request
+        # borrows a connection from the pool and gives it back)
         assert len(connected_on) == 1
 
 
-@override_settings(SYNC_VIEW_THREADS=1)
-def test_pages_asked_at_once_wait_for_the_thread_and_are_all_answered() -> None:
+@override_settings(REQUEST_THREADS=1)
+def test_pages_asked_at_once_past_the_kept_threads_get_threads_of_their_own() -> None:
     cluster_create(cluster_id="c1")
     cookie = signed_in_cookie()
     handler = SyncViewHandler()
@@ -152,30 +160,31 @@ def test_pages_asked_at_once_wait_for_the_thread_and_are_all_answered() -> None:
             await sync_to_async(connections.close_all)()
 
     assert asyncio.run(at_once()) == [200] * 4
-    assert handler.threads.started == 1
+    assert handler.threads.idle == 1
 
 
-def test_threads_are_started_up_to_the_size_then_lent_in_turn() -> None:
-    async def scenario() -> None:
-        threads = SyncViewThreads(2)
-        first, second = await threads.borrow(), await threads.borrow()
-        assert first is not second
-        assert threads.started == 2
-        # a third request waits; one that gives up waiting takes no thread with it
-        waiting = asyncio.ensure_future(threads.borrow())
-        gave_up = asyncio.ensure_future(threads.borrow())
-        await asyncio.sleep(0)
-        assert not waiting.done()
-        gave_up.cancel()
-        threads.give_back(first)
-        assert await waiting is first
-        threads.give_back(second)
-        assert await threads.borrow() is second
-        assert threads.started == 2
+def test_threads_are_kept_up_to_their_number_and_lent_only_when_used() -> None:
+    threads = RequestThreads(2)
+    lent = [threads.lend() for _ in range(3)]  # none waits: a third is started
+    assert len(set(lent)) == 3
+    assert threads.started == 3
+    for thread in lent:
+        threads.give_back(thread)
+    assert threads.idle == 2
+    with pytest.raises(RuntimeError, match="shutdown"):
+        lent[2].submit(print)  # the one past the two kept was let go
+    assert threads.lend() in lent[:2]
 
-    asyncio.run(scenario())
+    unused = LentThread(threads)
+    unused.release()  # a request that made no synchronous call borrowed nothing
+    assert threads.idle == 1
+    used = LentThread(threads)
+    assert used.submit(threading.current_thread).result().name.startswith("request")
+    assert threads.idle == 0
+    used.release()
+    assert threads.idle == 1
     with pytest.raises(ValueError, match="at least one"):
-        SyncViewThreads(0)
+        RequestThreads(0)
 
 
 def test_only_synchronous_views_take_the_one_hand_off() -> None:
