@@ -20,7 +20,8 @@ Paths: ``publish`` (8 keep-alive clients, single messages), ``batch`` (8 clients
 request), ``claim`` and ``complete`` (8 workers on a running cluster of 16 agents whose tasks
 were queued by trigger messages; each claim records its context build, each completion runs its
 hook and publishes its batch), ``page`` (the cluster page of a cluster of 150 messages: 100
-rows, signed in), ``push`` (``--sockets`` cluster pages listening while one agent publishes:
+rows, signed in), ``query`` (an agent's query of the same cluster's newest 20 messages, one
+after the other), ``push`` (``--sockets`` cluster pages listening while one agent publishes:
 the extra server CPU over the same publishes with no page open, per message and per socket;
 the pages are opened before the CPU window and closed after it, their handshakes and closes
 measured apart), ``push-load`` (8 clients publishing single messages with ``--sockets`` cluster
@@ -68,6 +69,7 @@ PATHS = (
     "tasks-loop",
     "page",
     "page-agents",
+    "query",
     "push",
     "push-load",
     "agents",
@@ -488,6 +490,20 @@ def page_load(server: BenchServer, requests: int, cluster: str = "c-page") -> Ca
     return run
 
 
+def query_load(server: BenchServer, requests: int, cluster: str = "c-page") -> Callable[[], int]:
+    def run() -> int:
+        headers = {"Authorization": f"Bearer {server.key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+            for _ in range(requests):
+                answer = client.get(f"/api/v1/clusters/{cluster}/messages?limit=20")
+                answer.raise_for_status()
+                if len(answer.json()["items"]) != 20:
+                    raise RuntimeError("the query did not answer 20 messages")
+        return requests
+
+    return run
+
+
 def push_figures(
     server: BenchServer, sockets: int, publishes: int, seed: int, *, agents: bool = False
 ) -> dict[str, Any]:
@@ -649,6 +665,8 @@ def run_paths(
             out[path] = measured(server, page_load(server, args.pages))
         elif path == "page-agents":
             out[path] = measured(server, page_load(server, args.pages, "c-page-agents"))
+        elif path == "query":
+            out[path] = measured(server, query_load(server, args.pages))
         elif path == "push-load":
             out[path] = push_load_figures(server, args.sockets, args.publishes, seed)
         elif path in LISTENERS:
@@ -889,7 +907,8 @@ def report(results: dict[str, Any], args: argparse.Namespace, load: tuple[float,
         "8 workers claiming (without waiting) one task per agent, then completing them, "
         f"phase after phase; page `GET /clusters/<id>/` x {args.pages} signed in (a cluster "
         f"of {PAGE_MESSAGES} messages, the page shows 100; page-agents: the same messages in a "
-        "started worker-validator cluster, its agents' panels shown); push "
+        "started worker-validator cluster, its agents' panels shown); query: an agent's "
+        f"`GET /api/v1/clusters/<id>/messages?limit=20` of the page's cluster x {args.pages}; push "
         f"{args.push_messages} messages one after the other with {args.sockets} cluster pages "
         "open, minus the same with none, over the pages (the pages opened before and closed "
         "after the CPU window: their handshakes are a figure of their own in the note); "
