@@ -20,9 +20,9 @@ pages), the whole chain runs in one hand-off through a second handler whose chai
 sync mode, as the WSGI handler loads it: the same middlewares, in the same order. Any other
 request (an async view, a path no view answers) goes through Django's async chain.
 
-A synchronous view's streamed answer (an export) is read from its iterator one part at a time
-on the request's thread, and sent as it comes; Django's handler would first read all of it into
-memory.
+A streamed answer read from a synchronous iterator (an export, a static file WhiteNoise serves)
+is read one part at a time on the request's thread, and sent as it comes; Django's handler would
+first read all of it into memory (and warn).
 """
 
 from __future__ import annotations
@@ -123,9 +123,11 @@ class SyncViewHandler(ASGIHandler):
             thread.release()
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        if not _sync_view(request.path_info):
-            return await super().get_response_async(request)
-        response: HttpResponseBase = await self._in_one_hop(request)
+        response: HttpResponseBase
+        if _sync_view(request.path_info):
+            response = await self._in_one_hop(request)
+        else:
+            response = await super().get_response_async(request)
         if isinstance(response, StreamingHttpResponse) and not response.is_async:
             parts = cast(Iterator[bytes], response.streaming_content)
             response.streaming_content = _read_on_the_thread(parts)

@@ -92,6 +92,24 @@ def test_every_kind_of_request_gets_djangos_answer(api_key: str) -> None:
     assert ours[-1][2].count(b"\n") == 3  # the export: one line a message
 
 
+@override_settings(WHITENOISE_USE_FINDERS=True, WHITENOISE_AUTOREFRESH=True)
+def test_a_static_file_is_sent_as_it_is_read() -> None:
+    # given WhiteNoise serving the app's files as it does under make run (a file response)
+    requests = [("GET", "/static/css/app.css", {})]
+
+    # when Django's handler and ours serve one
+    with pytest.warns(Warning, match="must consume synchronous iterators"):
+        django = answers(ASGIHandler(), requests)  # reads all of the file first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = answers(SyncViewHandler(), requests)
+
+    # then both send the whole file
+    assert ours[0][0] == 200
+    assert ours == django
+    assert len(ours[0][2]) > 1000
+
+
 def signed_in_cookie() -> dict[str, str]:
     client = Client()
     client.force_login(get_user_model().objects.create_user("op", password="pw-not-used-123"))
