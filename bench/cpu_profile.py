@@ -476,32 +476,45 @@ class Tasks:
         return out
 
 
-def page_load(server: BenchServer, requests: int, cluster: str = "c-page") -> Callable[[], int]:
+def gets_load(
+    server: BenchServer,
+    requests: int,
+    path: str,
+    headers: dict[str, str],
+    answered: Callable[[httpx.Response], bool],
+) -> Callable[[], int]:
+    """``requests`` GETs of ``path`` one after the other, each checked by ``answered``."""
+
     def run() -> int:
-        headers = {"Cookie": server.cookie}
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             for _ in range(requests):
-                answer = client.get(f"/clusters/{cluster}/")
+                answer = client.get(path)
                 answer.raise_for_status()
-                if b"<html" not in answer.content[:400].lower():
-                    raise RuntimeError("the cluster page did not render")
+                if not answered(answer):
+                    raise RuntimeError(f"GET {path} did not answer as expected")
         return requests
 
     return run
+
+
+def page_load(server: BenchServer, requests: int, cluster: str = "c-page") -> Callable[[], int]:
+    return gets_load(
+        server,
+        requests,
+        f"/clusters/{cluster}/",
+        {"Cookie": server.cookie},
+        lambda answer: b"<html" in answer.content[:400].lower(),
+    )
 
 
 def query_load(server: BenchServer, requests: int, cluster: str = "c-page") -> Callable[[], int]:
-    def run() -> int:
-        headers = {"Authorization": f"Bearer {server.key}"}
-        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
-            for _ in range(requests):
-                answer = client.get(f"/api/v1/clusters/{cluster}/messages?limit=20")
-                answer.raise_for_status()
-                if len(answer.json()["items"]) != 20:
-                    raise RuntimeError("the query did not answer 20 messages")
-        return requests
-
-    return run
+    return gets_load(
+        server,
+        requests,
+        f"/api/v1/clusters/{cluster}/messages?limit=20",
+        {"Authorization": f"Bearer {server.key}"},
+        lambda answer: len(answer.json()["items"]) == 20,
+    )
 
 
 def push_figures(

@@ -1,12 +1,12 @@
 """Database work for async views, on long-lived threads with long-lived connections.
 
-Django runs an async view's thread-sensitive calls on a thread of its own per request, and a
-thread's first query opens a connection (on SQLite: the file, the PRAGMAs, Django's SQL
-functions; on PostgreSQL: a connection from the pool). An async view that hands its database
-work to ``in_database``
-runs it on the event loop's executor threads instead, which live as long as the server and
-keep their connection (``CONN_MAX_AGE``; broken or expired ones are replaced before and after
-each call, as Channels does for consumers). docs/decisions/0072-async-publish.md.
+A thread's first query opens a connection (on SQLite: the file, the PRAGMAs, Django's SQL
+functions; on PostgreSQL: a connection from the pool). An async view or route that hands its
+database work to ``in_database`` runs it on the event loop's executor threads, which live as long
+as the server and keep their connection (``CONN_MAX_AGE``; broken or expired ones are replaced
+before and after each call, as Channels does for consumers), rather than on a request's thread
+(for requests that reach Django, one it borrows: zeroshot_web/handler.py).
+docs/decisions/0072-async-publish.md.
 """
 
 from __future__ import annotations

@@ -331,9 +331,10 @@ RUNS_SANDBOX_POOL_SIZE = env_int("RUNS_SANDBOX_POOL_SIZE", 4)
 # bytes counted as they arrive) before anything reads or parses it (zeroshot_web/limits.py).
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
-# The threads a server process keeps for its requests' synchronous work (the dashboard's
-# pages, the API's synchronous endpoints), each keeping its database connection; past them a
-# request gets a thread of its own, as Django gives every request (zeroshot_web/handler.py).
+# The threads a server process keeps for its requests' synchronous work (every request that
+# reaches Django: the dashboard's pages, the API's queries), each keeping its database
+# connection; past them a request gets a thread of its own, as Django gives every request
+# (zeroshot_web/handler.py).
 REQUEST_THREADS = env_int("ZEROSHOT_REQUEST_THREADS", 8)
 # Where async views (the publish endpoints) do their database work: on long-lived threads that
 # keep their connection (ledger/threads.py), unless this is set (the test suite).

@@ -29,23 +29,34 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CSRF = re.compile(rb'(csrfmiddlewaretoken" value="|"X-CSRFToken": ")[^"&]+')
 
 
-def answers(app: Any, requests: list[tuple[str, str, dict[str, str]]]) -> list[Any]:
+def answers(
+    app: Any, requests: list[tuple[str, str, dict[str, str]]], *, at_once: bool = False
+) -> list[Any]:
+    """Each request's status, headers and body, asked one after the other (or all ``at_once``)."""
+
     async def call() -> list[Any]:
         transport = httpx.ASGITransport(app=app)
         try:
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://localhost"
             ) as client:
-                out = []
-                for method, path, headers in requests:
-                    response = await client.request(method, path, headers=headers)
-                    kept = {
-                        k: v
-                        for k, v in response.headers.items()
-                        if k not in ("set-cookie", "content-length")
-                    }
-                    out.append((response.status_code, kept, CSRF.sub(rb"\1T", response.content)))
-                return out
+                asked = [client.request(m, path, headers=headers) for m, path, headers in requests]
+                if at_once:
+                    responses = await asyncio.gather(*asked)
+                else:
+                    responses = [await response for response in asked]
+                return [
+                    (
+                        response.status_code,
+                        {
+                            k: v
+                            for k, v in response.headers.items()
+                            if k not in ("set-cookie", "content-length")
+                        },
+                        CSRF.sub(rb"\1T", response.content),
+                    )
+                    for response in responses
+                ]
         finally:
             await sync_to_async(connections.close_all)()
 
@@ -164,20 +175,10 @@ def test_pages_asked_at_once_past_the_kept_threads_get_threads_of_their_own() ->
     cluster_create(cluster_id="c1")
     cookie = signed_in_cookie()
     handler = SyncViewHandler()
-    app: Any = handler
 
-    async def at_once() -> list[int]:
-        transport = httpx.ASGITransport(app=app)
-        try:
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://localhost"
-            ) as client:
-                pages = [client.get("/clusters/c1/", headers=cookie) for _ in range(4)]
-                return [page.status_code for page in await asyncio.gather(*pages)]
-        finally:
-            await sync_to_async(connections.close_all)()
+    served = answers(handler, [("GET", "/clusters/c1/", cookie)] * 4, at_once=True)
 
-    assert asyncio.run(at_once()) == [200] * 4
+    assert [a[0] for a in served] == [200] * 4
     assert handler.threads.idle == 1
 
 
