@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 
 from ledger import statements
 from ledger.errors import InvalidInput, NotFound
@@ -19,6 +19,8 @@ from ledger.topics import Topic
 from ledger.validation import INT64_MAX, integer_check, text_problem
 
 NO_FILTER = MessageFilter()
+# Cluster ids one query of ``clusters_holding_topic`` binds: below any database's limit.
+CLUSTERS_PER_QUERY = 500
 Order = Literal["asc", "desc"]
 
 
@@ -320,6 +322,21 @@ def message_latest_by_cluster(
     )
     for message in rows:
         found.setdefault(message.cluster_id, message_record(message))
+    return found
+
+
+def clusters_holding_topic(*, cluster_ids: Sequence[str], topic: str) -> set[str]:
+    """Those of ``cluster_ids`` that hold a message of ``topic``: one query, one seek of the
+    index ``msg_cluster_topic`` a cluster, however many such messages each holds."""
+    found: set[str] = set()
+    ids = sorted(set(cluster_ids))
+    for start in range(0, len(ids), CLUSTERS_PER_QUERY):
+        held = Message.objects.filter(cluster_id=OuterRef("pk"), topic=topic)
+        found.update(
+            Cluster.objects.filter(pk__in=ids[start : start + CLUSTERS_PER_QUERY])
+            .filter(Exists(held))
+            .values_list("pk", flat=True)
+        )
     return found
 
 

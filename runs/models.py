@@ -97,6 +97,13 @@ class Task(models.Model):
                 & ~models.Q(state__in=("cancelled", "dropped")),
                 name="task_unsettled",
             ),
+            # The conductor watchdog's look (runs.watchdog): a seek per running cluster into the
+            # few conductor tasks that completed, not a read of every task's history.
+            models.Index(
+                fields=["cluster", "finished_at"],
+                condition=models.Q(role="conductor", state="completed"),
+                name="task_conductor_done",
+            ),
         )
 
     def __str__(self) -> str:

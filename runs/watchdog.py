@@ -15,6 +15,7 @@ import time
 from typing import Final
 
 from django.conf import settings
+from django.db.models import Model, OuterRef, QuerySet, Subquery
 
 from ledger import interfaces as ledger
 from ledger.interfaces import ClusterState, MessageDraft, MessageFilter, Topic
@@ -39,30 +40,55 @@ def conductor_watchdogs_fire(*, now: int, force: bool = False) -> list[str]:
             return []
         _last_look = time.monotonic()
     timeout_ms = round(float(settings.CONDUCTOR_WATCHDOG_SECONDS) * 1000)
-    lapsed = (
+    # Per running cluster, its first conductor completion past the timeout: the running
+    # clusters, and a seek of each into the index ``task_conductor_done``, whatever the history
+    # of finished tasks (a join from the tasks' side read every completed task there is).
+    first = (
         Task.objects.filter(
+            cluster=OuterRef("pk"),
             role=CONDUCTOR_ROLE,
             state=TaskState.COMPLETED,
             finished_at__lt=now - timeout_ms,
-            cluster__state=ClusterState.RUNNING,
         )
-        .values_list("cluster_id", "finished_at")
         .order_by("finished_at")
+        .values("finished_at")[:1]
+    )
+    lapsed: list[tuple[str, int]] = list(
+        _clusters()
+        .filter(state=ClusterState.RUNNING)
+        .annotate(first=Subquery(first))
+        .filter(first__isnull=False)
+        .order_by("first", "pk")
+        .values_list("pk", "first")
+    )
+    if not lapsed:
+        return []
+    # A conductor that did its job is the usual case: every running cluster's is seen in one
+    # read, never under its cluster's write lock, which is taken only to fail the cluster.
+    done = ledger.clusters_holding_topic(
+        cluster_ids=[cluster_id for cluster_id, _ in lapsed], topic=CLUSTER_OPERATIONS
     )
     fired: list[str] = []
-    for cluster_id, finished_at in lapsed[: _FIRED_PER_LOOK * 5]:
-        if cluster_id in fired or len(fired) >= _FIRED_PER_LOOK:
+    for cluster_id, finished_at in lapsed:
+        if cluster_id in done:
             continue
-        if _fire(cluster_id, completed_at=finished_at or 0, timeout_ms=timeout_ms):
+        if _fire(cluster_id, completed_at=finished_at, timeout_ms=timeout_ms):
             fired.append(cluster_id)
+            if len(fired) >= _FIRED_PER_LOOK:
+                break
     return fired
 
 
+def _clusters() -> QuerySet[Model]:
+    """The clusters' table, reached through the tasks' foreign key (the ledger's models are
+    its own: other apps read them through ``ledger.interfaces``, which has no such read)."""
+    cluster_model = Task._meta.get_field("cluster").related_model
+    assert isinstance(cluster_model, type)
+    assert issubclass(cluster_model, Model)
+    return cluster_model._default_manager.all()
+
+
 def _fire(cluster_id: str, *, completed_at: int, timeout_ms: int) -> bool:
-    # A conductor that did its job is the usual case: seen with one indexed read, never
-    # under the cluster's write lock, which is taken only to fail the cluster.
-    if _has_operations(cluster_id):
-        return False
     with ledger.cluster_transaction(cluster_id) as writer:
         if writer.state != ClusterState.RUNNING or _has_operations(cluster_id):
             return False
