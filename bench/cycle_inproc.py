@@ -21,6 +21,15 @@ until it settles), PostgreSQL's own CPU (every ``postgres`` process of the machi
 ``/proc``: run it on an otherwise idle machine) and cycles a second. With one worker, nothing
 waits on a lock: the figures are the work itself, steadier than a served load's
 (``cpu_profile.py --only tasks-loop``), where the HTTP layer and eight workers come on top.
+
+``--instructions``: each run under valgrind's callgrind instead, the pipeline inline (in the
+committing thread, as the tests run it, so that no turn depends on timing), the counters zeroed
+after the warm cycles and read after the timed ones: the instructions a cycle took, which do
+not change with the machine's speed or load (the same tree reads within about 1 % from run to
+run) where CPU time does by tens of percent. Slow: about 0.1 s a cycle; use ``--cycles 50``.
+What runs at most once a second (the look at the leases, the conductor watchdog's) then comes
+every few cycles instead of every few hundred: a constant share, the same in every tree that
+does not change it.
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ def child(args: argparse.Namespace) -> None:
         DJANGO_SETTINGS_MODULE="zeroshot_web.settings",
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY="bench-only-key-of-a-throwaway-database",
-        ZEROSHOT_PIPELINE="thread",
+        ZEROSHOT_PIPELINE="inline" if args.instructions else "thread",
         ZEROSHOT_DATA_DIR=tempfile.mkdtemp(prefix="cycle-inproc-"),
     )
     os.environ.pop("DATABASE_URL", None)
@@ -106,10 +115,14 @@ def child(args: argparse.Namespace) -> None:
     for _ in range(args.warm):
         cycle()
     time.sleep(0.6)
+    if args.instructions:  # callgrind counts from here to its dump (``callgrind_control``)
+        subprocess.run(["callgrind_control", "--zero", str(os.getpid())], check=True)
     database, process, began = postgres_cpu_seconds(), time.process_time(), time.perf_counter()
     for _ in range(args.cycles):
         cycle()
     wall = time.perf_counter() - began
+    if args.instructions:
+        subprocess.run(["callgrind_control", "--dump=cycles", str(os.getpid())], check=True)
     time.sleep(0.6)  # the pipeline's last turns
     process = time.process_time() - process
     database = postgres_cpu_seconds() - database if args.database_url else 0.0
@@ -120,6 +133,7 @@ def child(args: argparse.Namespace) -> None:
                 "process_ms": 1000 * process / args.cycles,
                 "database_ms": 1000 * database / args.cycles,
                 "cycles_s": args.cycles / wall,
+                "pid": os.getpid(),
             }
         )
     )
@@ -133,6 +147,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--cycles", type=int, default=400)
     parser.add_argument("--warm", type=int, default=40)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions under callgrind"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -140,8 +157,13 @@ def main() -> None:
         return
     trees = [tuple(part.split("=", 1)) for part in args.trees.split(",")]
     database = "PostgreSQL" if args.database_url else "SQLite"
-    print(f"| run | tree | process CPU, ms a cycle | {database}'s own CPU | cycles/s |")
-    print("| --- | --- | --- | --- | --- |")
+    if args.instructions:
+        print("| run | tree | instructions a cycle (millions) |")
+        print("| --- | --- | --- |")
+    else:
+        print(f"| run | tree | process CPU, ms a cycle | {database}'s own CPU | cycles/s |")
+        print("| --- | --- | --- | --- | --- |")
+    counts = Path(tempfile.mkdtemp(prefix="cycle-callgrind-"))
     for run in range(1, args.runs + 1):
         order = trees if run % 2 else list(reversed(trees))
         for label, directory in order:
@@ -153,17 +175,34 @@ def main() -> None:
                 *("--database-url", args.database_url),
                 *("--redis-url", args.redis_url),
                 *("--cycles", str(args.cycles), "--warm", str(args.warm)),
+                *(["--instructions"] if args.instructions else []),
             ]
+            if args.instructions:
+                out = counts / f"{run}-{label}.%p"
+                command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 raise SystemExit(f"{label}'s run failed:\n{done.stderr[-3000:]}")
             figures = json.loads(done.stdout.strip().splitlines()[-1])
+            if args.instructions:
+                dumped = counts / f"{run}-{label}.{figures['pid']}.1"
+                total = _callgrind_summary(dumped)
+                print(f"| {run} | {label} | {total / args.cycles / 1e6:.2f} |", flush=True)
+                continue
             own = f"{figures['database_ms']:.2f}" if args.database_url else "(in the process)"
             print(
                 f"| {run} | {label} | {figures['process_ms']:.2f} | {own} | "
                 f"{figures['cycles_s']:.0f} |",
                 flush=True,
             )
+
+
+def _callgrind_summary(dump: Path) -> int:
+    """The instructions a callgrind dump counted (its ``summary:`` line)."""
+    for line in dump.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise SystemExit(f"no summary in {dump}")
 
 
 if __name__ == "__main__":
