@@ -96,10 +96,13 @@ class ClaimWatch:
         self._order = itertools.count()
         self._kick = asyncio.Event()
         self._looking: asyncio.Task[None] | None = None
+        # The server is stopping: no claim waits any more (``stop``).
+        self.stopped = False
 
     async def wait(self, wanted: ClaimFilter, timeout: float) -> bool:
-        """Wait until a task that passes ``wanted`` may be claimable (True), or ``timeout``."""
-        if timeout <= 0:
+        """Wait until a task that passes ``wanted`` may be claimable (True), or ``timeout``, or
+        the server is stopping (False)."""
+        if timeout <= 0 or self.stopped:
             return False
         waiter = _Waiter(wanted=wanted, future=self._loop.create_future())
         waiter.order = next(self._order)
@@ -117,6 +120,15 @@ class ClaimWatch:
     @property
     def waiting(self) -> int:
         return len(self._waiters)
+
+    def stop(self) -> None:
+        """End every wait now, and every later one at once: the server is stopping, and a claim
+        still waiting when its grace period ends would be cut off instead of answered (no
+        task: its runner asks the next server). Called on the watch's loop."""
+        self.stopped = True
+        for waiter in self._waiters.values():
+            if not waiter.future.done():
+                waiter.future.set_result(False)
 
     async def _look_while_waited_for(self) -> None:
         tasks_changed.listen(self._loop, self._kick)
@@ -156,6 +168,26 @@ def _heads_now() -> list[Head]:
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ClaimWatch] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def claims_stop_waiting(loop: asyncio.AbstractEventLoop) -> None:
+    """The server on ``loop`` is stopping: its waiting claims answer now with no task, and later
+    ones do not wait (``ClaimWatch.stop``). Safe from any thread, a signal handler included."""
+    if loop.is_closed():
+        return
+
+    def stop() -> None:
+        watch = _watches.get(loop)
+        if watch is None:
+            watch = _watches[loop] = ClaimWatch(loop, _no_run)
+        watch.stop()
+
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        loop.call_soon_threadsafe(stop)
+
+
+async def _no_run(*args: object) -> object:
+    raise RuntimeError("a stopped watch looks at nothing")
 
 
 def claim_watch(run: Run) -> ClaimWatch:

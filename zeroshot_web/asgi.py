@@ -25,7 +25,7 @@ from ledger import interfaces as ledger  # noqa: E402
 from operations.metrics import WebsocketCounter  # noqa: E402
 from operations.schedule import retention_daily  # noqa: E402
 from operations.tracing import tracing_flush  # noqa: E402
-from zeroshot_web.claims import ClaimRoute  # noqa: E402
+from zeroshot_web.claims import ClaimRoute, claims_end_at_stop_signals  # noqa: E402
 from zeroshot_web.leases import LeaseRoute  # noqa: E402
 from zeroshot_web.limits import RequestBodyLimit  # noqa: E402
 from zeroshot_web.publishing import PublishRoute  # noqa: E402
@@ -103,14 +103,19 @@ class PipelineStarter:
 async def lifespan(receive: Any, send: Any) -> None:
     """The ASGI lifespan (uvicorn runs with ``--lifespan on``): at startup, what the start made
     is left out of the garbage collector's walks (``startup_heap_frozen``; the pipeline starts
-    with the first connection); at shutdown, the queued trace spans are exported while the
-    process still runs (docs/decisions/0190)."""
+    with the first connection), and the signals that stop the server end the waiting claims
+    first (``claims_end_at_stop_signals``); at shutdown, the queued trace spans are exported
+    while the process still runs (docs/decisions/0190)."""
+    restore_signals = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             startup_heap_frozen()
+            restore_signals = claims_end_at_stop_signals(asyncio.get_running_loop())
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            if restore_signals is not None:
+                restore_signals()
             await asyncio.to_thread(tracing_flush)
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -13,12 +13,16 @@ docs/decisions/0085-claims-wait-on-the-event-loop.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import re
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import FrameType
 from typing import Any, TypeVar
 
 import pydantic
@@ -29,7 +33,7 @@ from ledger.keys import ApiKeyIdentity, api_key_authenticate, api_key_known
 from ledger.threads import in_database
 from ledger.validation import text_problem
 from runs.api import ClaimIn, ClaimOut, claim_filter
-from runs.waiting import claim_waiting
+from runs.waiting import claim_waiting, claims_stop_waiting
 from zeroshot_web.api import BoundedJsonParser
 from zeroshot_web.limits import ASGIApp, Receive, Scope, Send
 from zeroshot_web.middleware import CONTENT_SECURITY_POLICY
@@ -327,3 +331,39 @@ async def _send(send: Send, answer: Answer) -> None:
     headers = [*HEADERS, *answer.headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def claims_end_at_stop_signals(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """When the server is asked to stop (SIGTERM, SIGINT), its waiting claims answer at once with
+    no task (``runs.waiting.claims_stop_waiting``) before the server's own handler runs: a claim
+    waiting longer than the server's grace period (``--timeout-graceful-shutdown``, 5 s) would
+    otherwise be cancelled, cut off mid-request with a traceback in the log, instead of
+    answered. Only the main thread can take signals, and only a handler the server installed
+    is chained (the default ones do not stop gracefully). Returns what puts the handlers back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    chained: dict[signal.Signals, Callable[[int, FrameType | None], Any]] = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        installed = signal.getsignal(signum)
+        if not callable(installed):
+            continue
+        chained[signum] = installed
+        signal.signal(signum, functools.partial(_stop_then, loop, installed))
+
+    def restore() -> None:
+        for signum, previous in chained.items():
+            signal.signal(signum, previous)
+
+    return restore
+
+
+def _stop_then(
+    loop: asyncio.AbstractEventLoop,
+    installed: Callable[[int, FrameType | None], Any],
+    number: int,
+    frame: FrameType | None,
+) -> None:
+    """A stop signal's handler: the waiting claims end, then the server's handler runs."""
+    claims_stop_waiting(loop)
+    installed(number, frame)

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from ledger.interfaces import MessageDraft, cluster_create, message_publish
 from ledger.keys import api_key_create
 from runs.models import Runner, Task
-from runs.waiting import ClaimFilter, claim_waiting, claim_watch
+from runs.waiting import ClaimFilter, claim_waiting, claim_watch, claims_stop_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -176,6 +176,41 @@ def test_a_claim_arriving_while_another_waits_waits_behind_it(
     assert not any(tasks in sql for sql in second_ran), second_ran
     assert Runner.objects.get(name="r2").claimed == 0
     assert Runner.objects.get(name="r1").claimed == 1
+
+
+def test_a_stopping_server_ends_the_waiting_claims_and_later_ones_do_not_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a claim waiting 30 s for work (it found none)
+    running_cluster()
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    def claim(worker: str) -> Any:
+        return claim_waiting(
+            wanted=ClaimFilter(cluster_id="poll"),
+            wait=30,
+            lease_seconds=None,
+            worker=worker,
+            run=_captured([]),
+        )
+
+    async def scenario() -> tuple[Any, Any, int]:
+        first = asyncio.create_task(claim("r1"))
+        watch = claim_watch(_captured([]))
+        while watch.waiting < 1:
+            await asyncio.sleep(0.01)
+        # when the server is asked to stop (its signal handler, another thread in effect)
+        claims_stop_waiting(asyncio.get_running_loop())
+        answered = await asyncio.wait_for(first, 5)
+        # and a claim comes in afterwards
+        later = await asyncio.wait_for(claim("r2"), 5)
+        return answered, later, watch.waiting
+
+    answered, later, still_waiting = asyncio.run(scenario())
+    # then both are answered with no task, at once, and nothing waits
+    assert answered is None
+    assert later is None
+    assert still_waiting == 0
 
 
 def _captured(into: list[str]) -> Any:

@@ -3,7 +3,7 @@
 A publish, a signed-in page and a websocket push go through it; a body over the limit is refused
 before it is sent; a browser's offer of compressed websocket frames is declined; the spans still
 queued when the server is stopped (SIGTERM) are exported on the way out (the ASGI lifespan's
-shutdown).
+shutdown), and a claim still waiting then is answered instead of cut off.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from websockets.sync.client import connect
 from ledger.interfaces import cluster_create
 from ledger.keys import api_key_create
 from operations import tracing
+from runs.models import Runner
 from tests.live_server import LiveServer
 from tests.operations.test_tracing import OtlpReceiver
 
@@ -196,3 +198,43 @@ def test_spans_still_queued_when_the_server_is_stopped_are_exported(
     finally:
         live.stop()
         receiver.close()
+
+
+def test_a_claim_waiting_when_the_server_is_stopped_is_answered_not_cut_off(
+    tmp_path: Path, key: str
+) -> None:
+    # given the production command, and a runner's claim waiting for work when none is queued
+    live = LiveServer(tmp_path).start()
+    answers: list[httpx.Response | Exception] = []
+
+    def claim() -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=live.url, headers=headers, timeout=60) as http:
+            try:
+                answers.append(http.post("/api/v1/tasks/claim", json={"wait": 30, "worker": "w"}))
+            except httpx.HTTPError as error:
+                answers.append(error)
+
+    waiting = threading.Thread(target=claim)
+    waiting.start()
+    try:
+        # the claim looked once, found nothing and recorded its runner: then it waits
+        while not Runner.objects.filter(name="w").exists():
+            assert waiting.is_alive(), answers
+            time.sleep(0.05)
+        time.sleep(0.3)
+        # when the server is stopped as a container is (SIGTERM)
+        status = live.stop()
+        waiting.join(timeout=60)
+    finally:
+        live.stop()
+    # then the claim was answered, with no task (its runner asks again, another server), instead
+    # of being cut off when the grace period ran out; the server stopped with nothing cancelled
+    assert len(answers) == 1, answers
+    answer = answers[0]
+    assert isinstance(answer, httpx.Response), answer
+    assert answer.status_code == 204, answer.text
+    log = live.log_tail(200)
+    assert status in (0, -signal.SIGTERM), log
+    assert "timeout graceful shutdown exceeded" not in log, log
+    assert "Traceback" not in log, log
