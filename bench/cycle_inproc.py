@@ -60,31 +60,47 @@ def fresh_postgres(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def child(args: argparse.Namespace) -> None:
-    """One tree's run, in this process: prints its figures as JSON."""
-    root = Path(args.child).resolve()
+def django_in(
+    tree: str, *, pipeline: str, data_prefix: str, database_url: str = "", redis_url: str = ""
+) -> None:
+    """Set Django up in this process on ``tree``'s code, as a throwaway production-like server
+    would (``DJANGO_DEBUG=0``, the post-commit pipeline as ``pipeline`` says), on a fresh
+    database migrated: SQLite in a temporary directory, or ``database_url`` dropped and made
+    again (with ``redis_url`` its channel layer)."""
+    root = Path(tree).resolve()
     sys.path.insert(0, str(root))
     os.chdir(root)
     os.environ.update(
         DJANGO_SETTINGS_MODULE="zeroshot_web.settings",
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY="bench-only-key-of-a-throwaway-database",
-        ZEROSHOT_PIPELINE="inline" if args.instructions else "thread",
-        ZEROSHOT_DATA_DIR=tempfile.mkdtemp(prefix="cycle-inproc-"),
+        ZEROSHOT_PIPELINE=pipeline,
+        ZEROSHOT_DATA_DIR=tempfile.mkdtemp(prefix=data_prefix),
     )
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)
-    if args.database_url:
-        fresh_postgres(args.database_url)
-        os.environ["DATABASE_URL"] = args.database_url
-        if args.redis_url:
-            os.environ["REDIS_URL"] = args.redis_url
+    if database_url:
+        fresh_postgres(database_url)
+        os.environ["DATABASE_URL"] = database_url
+        if redis_url:
+            os.environ["REDIS_URL"] = redis_url
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+
+
+def child(args: argparse.Namespace) -> None:
+    """One tree's run, in this process: prints its figures as JSON."""
+    django_in(
+        args.child,
+        pipeline="inline" if args.instructions else "thread",
+        data_prefix="cycle-inproc-",
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+    )
     from django.db import connections
 
     from ledger.bus import bus

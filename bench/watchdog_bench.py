@@ -21,54 +21,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from cpu_profile import drop_database
+from cycle_inproc import django_in
 
 ROOT = Path(__file__).resolve().parents[1]
 FINISHED_CLUSTERS = 20
 
 
-def fresh_postgres(url: str, *, drop_only: bool = False) -> None:
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if not name.startswith("bench_"):
-        raise SystemExit("the PostgreSQL database's name must start with bench_")
-    with psycopg.connect(parts._replace(path="/postgres").geturl(), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
 def child(args: argparse.Namespace) -> None:
     """One tree's run on one database, in this process: prints its figures as JSON."""
-    root = Path(args.child).resolve()
-    sys.path.insert(0, str(root))
-    os.chdir(root)
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="zeroshot_web.settings",
-        DJANGO_DEBUG="0",
-        DJANGO_SECRET_KEY="bench-only-key-of-a-throwaway-database",
-        ZEROSHOT_PIPELINE="off",
-        ZEROSHOT_DATA_DIR=tempfile.mkdtemp(prefix="watchdog-bench-"),
+    django_in(
+        args.child,
+        pipeline="off",
+        data_prefix="watchdog-bench-",
+        database_url=args.database_url,
     )
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("REDIS_URL", None)
-    if args.database_url:
-        fresh_postgres(args.database_url)
-        os.environ["DATABASE_URL"] = args.database_url
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
     from django.db import connection, connections
 
     from ledger.interfaces import ImportedMessage, cluster_create, message_import_batch
@@ -125,7 +98,7 @@ def child(args: argparse.Namespace) -> None:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     connections.close_all()
     if args.database_url:
-        fresh_postgres(args.database_url, drop_only=True)
+        drop_database(args.database_url)
     print(json.dumps({"cpu_ms": 1000 * cpu / args.looks, "wall_ms": 1000 * wall / args.looks}))
 
 
@@ -141,6 +114,8 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    if args.database_url and not urlsplit(args.database_url).path.lstrip("/").startswith("bench_"):
+        raise SystemExit("the PostgreSQL database's name must start with bench_")
     trees = [tuple(part.split("=", 1)) for part in args.trees.split(",")]
     databases = ["", args.database_url] if args.database_url else [""]
     print(
