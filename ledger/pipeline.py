@@ -42,12 +42,13 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.db.models import F
 
 from ledger.bus import bus
 from ledger.models import Cluster
 from ledger.records import ClusterRecord, MessageRecord
+from ledger.search import search_index_catch_up
 from ledger.services.drafts import MessageDraft
 from ledger.services.publish import now_ms
 from ledger.services.writer import ClusterWriter, cluster_transaction
@@ -69,6 +70,8 @@ RETRY_CAP_SECONDS = 30.0
 READ_POLL_SECONDS = 0.02
 # How long a woken cluster waits for more commits before its turn (docs/decisions/0178).
 GATHER_SECONDS = 0.002
+# How long after a commit SQLite's search index catches up (docs/decisions/0313).
+SEARCH_FOLLOW_SECONDS = 0.05
 # What a stage gave up on is reported under this topic (docs/decisions/0088).
 PIPELINE_ERROR = Topic.PIPELINE_ERROR
 PIPELINE_SENDER = "system"
@@ -606,6 +609,13 @@ class _Scheduler:
         self._threads.append(
             threading.Thread(target=self._sweep, name="ledger-pipeline-sweep", daemon=True)
         )
+        # SQLite's search index follows the commits shortly after them, in batches
+        # (docs/decisions/0313): set by a commit, cleared when the follower takes it.
+        self._search_due = threading.Event()
+        if connections[DEFAULT_DB_ALIAS].vendor == "sqlite":
+            self._threads.append(
+                threading.Thread(target=self._follow, name="ledger-search-follow", daemon=True)
+            )
 
     def start(self) -> None:
         self._pid = os.getpid()
@@ -624,6 +634,7 @@ class _Scheduler:
             self._stopping = True
             self._cond.notify_all()
         self._stopped.set()
+        self._search_due.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -632,6 +643,8 @@ class _Scheduler:
         """A commit in ``cluster_id``: its turn comes after ``GATHER_SECONDS``, so that the
         commits of that moment share one turn (one read, one cursor move) instead of a turn
         each; a cluster on a worker goes round again the same way after its turn."""
+        if not self._search_due.is_set():
+            self._search_due.set()
         with self._cond:
             if cluster_id in self._busy:
                 self._again.add(cluster_id)
@@ -759,7 +772,32 @@ class _Scheduler:
                     # while it has more: marking it again would only delay it.
                     if cluster_id not in self._busy:
                         self._gather(cluster_id)
+            # Messages no commit of this process woke the follower for (an import, another
+            # process): indexed within a sweep.
+            self._search_due.set()
             self._stopped.wait(self._sweep_seconds)
+
+    def _follow(self) -> None:
+        try:
+            self._follows()
+        finally:
+            self._ending()
+
+    def _follows(self) -> None:
+        """Catch the search index up ``SEARCH_FOLLOW_SECONDS`` after a commit woke it: the
+        commits of that moment are indexed in one transaction (a search catches up itself
+        meanwhile, so it never misses one)."""
+        while True:
+            self._search_due.wait()
+            if self._stopping or self._stopped.wait(SEARCH_FOLLOW_SECONDS):
+                return
+            self._search_due.clear()
+            try:
+                search_index_catch_up()
+            except Exception:
+                logger.exception("search index catch-up failed")
+            finally:
+                close_old_connections()
 
 
 pipeline = Pipeline()

@@ -1,11 +1,14 @@
 """Full-text search over the messages' text (SPEC §1.3 ``q``): the index and the query.
 
-The database keeps the index in step with every insert and delete, so that publishes, imports
-and deletes need nothing from the write path (docs/decisions/0022-message-search.md):
+The database keeps the index (docs/decisions/0022-message-search.md):
 
 - SQLite: an FTS5 table with external content (the view ``ledger_message_text``) and the porter
-  stemmer, maintained by triggers on ``ledger_message``;
-- PostgreSQL: a GIN index over ``to_tsvector('english', content ->> 'text')``.
+  stemmer. It follows new messages in batches (docs/decisions/0313): ``search_index_catch_up``
+  indexes every message past ``ledger_message_search_upto`` in one transaction, called by each
+  search before it reads and by a server's pipeline scheduler shortly after commits; triggers on
+  ``ledger_message`` make it forget deleted (and edited) messages it indexed;
+- PostgreSQL: a GIN index over ``to_tsvector('english', content ->> 'text')``, which follows
+  every insert by itself.
 
 Every word of a search must match, by stem or by prefix ("export" finds "exports", "exporting"
 and "exporter"). Matches come in sequence order: the order in which the ledger recorded them,
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField, CharField, QuerySet
 from django.db.models.expressions import RawSQL
@@ -31,16 +34,21 @@ PG_INDEX: Final = "msg_text_search"
 SNIPPET_WORDS: Final = 24
 ELLIPSIS: Final = "…"
 
+PROGRESS_TABLE: Final = "ledger_message_search_upto"
+# The most messages one catch-up transaction indexes: SQLite's write lock is held meanwhile
+# (about 6 µs a message).
+CATCH_UP_ROWS: Final = 2000
+
 _SQLITE_TEXT = "json_extract({row}.content, '$.text')"
+# Whether the index holds a message: ids grow in commit order (AUTOINCREMENT, one writer at a
+# time), so the index holds exactly the messages up to the last one a catch-up indexed.
+_SQLITE_INDEXED = f"{{row}}.id <= (SELECT upto FROM {PROGRESS_TABLE} WHERE id = 1)"
 _SQLITE_TRIGGERS: Final = {
-    f"{FTS_TABLE}_insert": (
-        f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_insert AFTER INSERT ON ledger_message BEGIN "
-        f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.id, {_SQLITE_TEXT.format(row='new')}); "
-        "END"
-    ),
-    # An external-content index forgets a row by being told the text it indexed for it.
+    # An external-content index forgets a row by being told the text it indexed for it; a row
+    # it never indexed must not be "forgotten", which would corrupt it.
     f"{FTS_TABLE}_delete": (
-        f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_delete AFTER DELETE ON ledger_message BEGIN "
+        f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_delete AFTER DELETE ON ledger_message "
+        f"WHEN {_SQLITE_INDEXED.format(row='old')} BEGIN "
         f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) "
         f"VALUES ('delete', old.id, {_SQLITE_TEXT.format(row='old')}); "
         "END"
@@ -48,13 +56,20 @@ _SQLITE_TRIGGERS: Final = {
     # Messages are never edited; this keeps the index right if a migration ever rewrites them.
     f"{FTS_TABLE}_update": (
         f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_update AFTER UPDATE OF content ON "
-        "ledger_message BEGIN "
+        f"ledger_message WHEN {_SQLITE_INDEXED.format(row='old')} BEGIN "
         f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) "
         f"VALUES ('delete', old.id, {_SQLITE_TEXT.format(row='old')}); "
         f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.id, {_SQLITE_TEXT.format(row='new')}); "
         "END"
     ),
 }
+# The insert trigger of before docs/decisions/0313, dropped wherever it is left.
+_SQLITE_OLD_INSERT_TRIGGER: Final = f"{FTS_TABLE}_insert"
+_SQLITE_REBUILD: Final = (
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')",
+    f"UPDATE {PROGRESS_TABLE} SET upto = COALESCE((SELECT max(id) FROM ledger_message), 0) "
+    "WHERE id = 1",
+)
 _SQLITE_CREATE: Final = (
     f"CREATE VIEW IF NOT EXISTS {TEXT_VIEW} AS "
     f"SELECT id, {_SQLITE_TEXT.format(row='ledger_message')} AS text FROM ledger_message",
@@ -62,13 +77,35 @@ _SQLITE_CREATE: Final = (
     # short prefixes of a word typed so far cheap.
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(text, content='{TEXT_VIEW}', "
     "content_rowid='id', tokenize='porter unicode61', prefix='2 3')",
+    # One row: the id of the last message the index holds.
+    f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} "
+    "(id INTEGER PRIMARY KEY CHECK (id = 1), upto INTEGER NOT NULL)",
+    f"INSERT OR IGNORE INTO {PROGRESS_TABLE} (id, upto) VALUES (1, 0)",
+    f"DROP TRIGGER IF EXISTS {_SQLITE_OLD_INSERT_TRIGGER}",
     *_SQLITE_TRIGGERS.values(),
-    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')",
+    *_SQLITE_REBUILD,
 )
 _SQLITE_DROP: Final = (
-    *(f"DROP TRIGGER IF EXISTS {name}" for name in _SQLITE_TRIGGERS),
+    *(f"DROP TRIGGER IF EXISTS {name}" for name in (*_SQLITE_TRIGGERS, _SQLITE_OLD_INSERT_TRIGGER)),
+    f"DROP TABLE IF EXISTS {PROGRESS_TABLE}",
     f"DROP TABLE IF EXISTS {FTS_TABLE}",
     f"DROP VIEW IF EXISTS {TEXT_VIEW}",
+)
+# A catch-up's statements: the last id of the next messages to index (none: nothing to do),
+# their text into the index, the progress moved to it.
+_SQLITE_NEXT_UPTO: Final = (
+    f"SELECT max(id), count(*) FROM (SELECT id FROM ledger_message WHERE id > "
+    f"(SELECT upto FROM {PROGRESS_TABLE} WHERE id = 1) ORDER BY id LIMIT %s)"
+)
+_SQLITE_INDEX_UPTO: Final = (
+    f"INSERT INTO {FTS_TABLE}(rowid, text) SELECT id, "
+    f"{_SQLITE_TEXT.format(row='ledger_message')} FROM ledger_message "
+    f"WHERE id > (SELECT upto FROM {PROGRESS_TABLE} WHERE id = 1) AND id <= %s ORDER BY id"
+)
+_SQLITE_MOVE_UPTO: Final = f"UPDATE {PROGRESS_TABLE} SET upto = %s WHERE id = 1"
+_SQLITE_BEHIND: Final = (
+    f"SELECT (SELECT upto FROM {PROGRESS_TABLE} WHERE id = 1) < "
+    "(SELECT COALESCE(max(id), 0) FROM ledger_message)"
 )
 
 # The same expression in the index and in every query, or PostgreSQL does not use the index.
@@ -108,24 +145,53 @@ def search_index_ensure(*, using: str = "default") -> bool:
     """Put back the SQLite triggers if a migration dropped them; True when it had to.
 
     Django's SQLite backend alters a table by copying it into a new one, which drops the
-    table's triggers: the index would silently stop following new messages. After every
-    ``migrate`` this recreates missing triggers and rebuilds the index from the messages.
+    table's triggers: the index would keep deleted messages' words. After every ``migrate``
+    this recreates missing triggers and rebuilds the index from the messages.
     """
     connection = connections[using]
     if connection.vendor != "sqlite":
         return False
+    names = [FTS_TABLE, TEXT_VIEW, PROGRESS_TABLE, _SQLITE_OLD_INSERT_TRIGGER, *_SQLITE_TRIGGERS]
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT name, type FROM sqlite_master WHERE name IN (%s, %s, %s, %s, %s)",
-            [FTS_TABLE, TEXT_VIEW, *_SQLITE_TRIGGERS],
+            f"SELECT name FROM sqlite_master WHERE name IN ({', '.join(['%s'] * len(names))})",
+            names,
         )
-        present = {name for name, _ in cursor.fetchall()}
+        present = {name for (name,) in cursor.fetchall()}
     if FTS_TABLE not in present:
         return False  # migrated back past the index: nothing to keep in step
-    if present >= {TEXT_VIEW, *_SQLITE_TRIGGERS}:
+    if present == {FTS_TABLE, TEXT_VIEW, PROGRESS_TABLE, *_SQLITE_TRIGGERS}:
         return False
-    _run(connection, _SQLITE_CREATE)
+    with transaction.atomic(using=using):
+        _run(connection, _SQLITE_CREATE)
     return True
+
+
+def search_index_catch_up(*, using: str = "default", rows: int = CATCH_UP_ROWS) -> int:
+    """Index the messages stored since the index last caught up, ``rows`` at most in each
+    transaction, until none is left; how many it indexed. SQLite only: PostgreSQL's index
+    follows every insert by itself (0). One read when there is nothing to index."""
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(_SQLITE_BEHIND)
+        behind = cursor.fetchone()
+    if not behind or not behind[0]:
+        return 0
+    indexed = 0
+    while True:
+        # ``transaction_mode`` IMMEDIATE: the progress is read under the write lock, so two
+        # catch-ups (threads, processes) never index a message twice.
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.execute(_SQLITE_NEXT_UPTO, [rows])
+            upto, count = cursor.fetchone()
+            if upto is not None:
+                cursor.execute(_SQLITE_INDEX_UPTO, [upto])
+                cursor.execute(_SQLITE_MOVE_UPTO, [upto])
+                indexed += count
+        if count < rows:
+            return indexed
 
 
 def fts5_query(terms: tuple[str, ...]) -> str:
@@ -207,6 +273,8 @@ def _sqlite_narrow(
     after: int | None,
     snippets: bool,
 ) -> QuerySet[Message]:
+    # Every message stored before the search is found by it (docs/decisions/0313).
+    search_index_catch_up(using=messages.db)
     where = [f"{FTS_TABLE}.rowid = ledger_message.id", f"{FTS_TABLE} MATCH %s"]
     params: list[Any] = [fts5_query(terms)]
     # The cursors also bound the index's own rowid (a message's id, which grows with its

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
 
 from ledger.models import Cluster
+from ledger.search import search_index_catch_up
 from ledger.services import (
     ImportedMessage,
     MessageDraft,
@@ -635,13 +637,15 @@ def test_search_page_query_count_is_pinned(
 ) -> None:
     cluster_create(cluster_id="big", config={"agents": AGENTS})
     many("big", 300)
+    search_index_catch_up()  # on SQLite, what the first search after the writes would do
+    behind = 1 if connection.vendor == "sqlite" else 0  # SQLite: is the index behind?
 
     # session, user, cluster, the search (snippets included), the pipeline's cursor, open and
     # finished tasks, the trigger buffers, latest builds, newest snapshot, the config versions
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(11 + behind):
         response = operator_client.get("/clusters/big/", {"q": "step"})
     # htmx: the region only
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(4 + behind):
         operator_client.get("/clusters/big/", {"q": "step"}, headers={"HX-Request": "true"})
 
     assert len(row_texts(response.content.decode())) == 100

@@ -81,11 +81,14 @@ def rows_referring_to(cluster_id: str) -> dict[str, int]:
 
 
 def search_index_rows(word: str) -> int:
-    """Rows of the full-text index that match a word, stale ones included: SQLite's FTS table
-    keeps what it was told until told to forget it; PostgreSQL's GIN index is read through the
-    expression it indexes."""
+    """Rows of the full-text index that match a word, once caught up with the messages, stale
+    ones included: SQLite's FTS table keeps what it was told until told to forget it;
+    PostgreSQL's GIN index is read through the expression it indexes."""
     from django.db import connection
 
+    from ledger.search import search_index_catch_up
+
+    search_index_catch_up()
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s", [word])
