@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 from pytest_django import DjangoAssertNumQueries
 
@@ -201,3 +202,29 @@ def test_the_commits_of_one_moment_share_one_turn(
             pipeline.stop()
     # then one turn offered all three: one read and one cursor move, not one per commit
     assert turns.batches == [("a", 3)]
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_a_servers_scheduler_brings_the_search_index_up_to_the_commits() -> None:
+    """SQLite's index follows the commits in the background (docs/decisions/0313): the words
+    of published messages reach it with no search asking, the commits of a moment together."""
+    from ledger.search import FTS_TABLE
+
+    def index_rows() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH 'kestrel'")
+            return int(cursor.fetchone()[0])
+
+    cid = cluster_create(cluster_id="c").id
+    with override_settings(PIPELINE_MODE="thread", PIPELINE_SWEEP_SECONDS=60):
+        try:
+            for n in range(20):
+                message_publish(
+                    cluster_id=cid,
+                    draft=MessageDraft(topic="T", sender="s", content={"text": f"kestrel {n}"}),
+                )
+            wait_until(lambda: index_rows() == 20)
+        finally:
+            pipeline.stop()
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('integrity-check')")

@@ -282,3 +282,50 @@ def test_postgres_search_can_use_the_gin_index(texts: str) -> None:
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Bitmap Index Scan on msg_text_search" in plan
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+@pytest.mark.django_db(transaction=True)
+def test_sqlite_migration_0009_starts_the_catch_up_after_what_the_trigger_indexed() -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
+    def migrate(target: str) -> None:
+        executor = MigrationExecutor(connection)
+        executor.migrate([("ledger", target)])
+
+    def triggers() -> set[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+            return {name for (name,) in cursor.fetchall()}
+
+    cluster_create(cluster_id="m")
+    try:
+        # given a ledger from before: every message indexed by the insert trigger
+        migrate("0008_cluster_config_versions")
+        assert f"{FTS_TABLE}_insert" in triggers()
+        for text in ("plover", "plovers"):
+            message_publish(
+                cluster_id="m", draft=MessageDraft(topic="T", sender="s", content={"text": text})
+            )
+        assert index_rows("plover") == 2
+        # when it migrates, then the index goes on from there: nothing indexed twice
+        migrate("0009_message_search_follows_in_batches")
+        assert f"{FTS_TABLE}_insert" not in triggers()
+        message_publish(
+            cluster_id="m", draft=MessageDraft(topic="T", sender="s", content={"text": "plover"})
+        )
+        assert index_rows("plover") == 2
+        assert found("m", "plover") == [3, 2, 1]
+        assert index_rows("plover") == 3
+        # and back: what was left to index is indexed, and the trigger indexes again
+        message_publish(
+            cluster_id="m", draft=MessageDraft(topic="T", sender="s", content={"text": "plover"})
+        )
+        migrate("0008_cluster_config_versions")
+        assert index_rows("plover") == 4
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('integrity-check')")
+    finally:
+        migrate("0009_message_search_follows_in_batches")
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('integrity-check')")
