@@ -58,6 +58,7 @@ from ledger.statements import (
     messages_after,
     pipeline_cluster,
     pipeline_cursor_move,
+    wal_checkpoint,
 )
 from ledger.topics import Topic
 
@@ -70,8 +71,9 @@ RETRY_CAP_SECONDS = 30.0
 READ_POLL_SECONDS = 0.02
 # How long a woken cluster waits for more commits before its turn (docs/decisions/0178).
 GATHER_SECONDS = 0.002
-# How long after a commit SQLite's search index catches up (docs/decisions/0313).
-SEARCH_FOLLOW_SECONDS = 0.05
+# How long after a commit SQLite's search index catches up and its WAL is checkpointed
+# (docs/decisions/0313, 0314).
+UPKEEP_SECONDS = 0.05
 # What a stage gave up on is reported under this topic (docs/decisions/0088).
 PIPELINE_ERROR = Topic.PIPELINE_ERROR
 PIPELINE_SENDER = "system"
@@ -293,7 +295,7 @@ class Pipeline:
         if not writes and not errors:
             # Nothing to write (messages no stage reacts to): the cursor alone moves, in one
             # statement that moves it only from where this run found it.
-            if not pipeline_cursor_move(cluster_id=cluster_id, after=batch.after, to=batch.upto):
+            if not _cursor_move(cluster_id=cluster_id, after=batch.after, to=batch.upto):
                 return Turn()  # someone else ran these messages meanwhile
             return self._moved(cluster_id, batch.after, batch.upto, last=cluster.last_sequence)
         try:
@@ -346,7 +348,7 @@ class Pipeline:
         if any(topic in topics and not imported for _, topic, imported in rows):
             return None
         upto = rows[-1][0]
-        if not pipeline_cursor_move(cluster_id=cluster.id, after=after, to=upto):
+        if not _cursor_move(cluster_id=cluster.id, after=after, to=upto):
             return Turn()  # someone else ran these messages meanwhile
         return self._moved(cluster.id, after, upto, last=cluster.last_sequence)
 
@@ -609,12 +611,13 @@ class _Scheduler:
         self._threads.append(
             threading.Thread(target=self._sweep, name="ledger-pipeline-sweep", daemon=True)
         )
-        # SQLite's search index follows the commits shortly after them, in batches
-        # (docs/decisions/0313): set by a commit, cleared when the follower takes it.
-        self._search_due = threading.Event()
+        # SQLite's upkeep shortly after commits: its search index follows them, in batches
+        # (docs/decisions/0313), and its WAL is checkpointed (0314). Set by a commit, cleared
+        # when the upkeep takes it.
+        self._upkeep_due = threading.Event()
         if connections[DEFAULT_DB_ALIAS].vendor == "sqlite":
             self._threads.append(
-                threading.Thread(target=self._follow, name="ledger-search-follow", daemon=True)
+                threading.Thread(target=self._upkeep, name="ledger-sqlite-upkeep", daemon=True)
             )
 
     def start(self) -> None:
@@ -634,7 +637,7 @@ class _Scheduler:
             self._stopping = True
             self._cond.notify_all()
         self._stopped.set()
-        self._search_due.set()
+        self._upkeep_due.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -643,8 +646,8 @@ class _Scheduler:
         """A commit in ``cluster_id``: its turn comes after ``GATHER_SECONDS``, so that the
         commits of that moment share one turn (one read, one cursor move) instead of a turn
         each; a cluster on a worker goes round again the same way after its turn."""
-        if not self._search_due.is_set():
-            self._search_due.set()
+        if not self._upkeep_due.is_set():
+            self._upkeep_due.set()
         with self._cond:
             if cluster_id in self._busy:
                 self._again.add(cluster_id)
@@ -772,30 +775,32 @@ class _Scheduler:
                     # while it has more: marking it again would only delay it.
                     if cluster_id not in self._busy:
                         self._gather(cluster_id)
-            # Messages no commit of this process woke the follower for (an import, another
+            # Messages no commit of this process woke the upkeep for (an import, another
             # process): indexed within a sweep.
-            self._search_due.set()
+            self._upkeep_due.set()
             self._stopped.wait(self._sweep_seconds)
 
-    def _follow(self) -> None:
+    def _upkeep(self) -> None:
         try:
-            self._follows()
+            self._upkeeps()
         finally:
             self._ending()
 
-    def _follows(self) -> None:
-        """Catch the search index up ``SEARCH_FOLLOW_SECONDS`` after a commit woke it: the
-        commits of that moment are indexed in one transaction (a search catches up itself
-        meanwhile, so it never misses one)."""
+    def _upkeeps(self) -> None:
+        """``UPKEEP_SECONDS`` after a commit woke it: catch the search index up, the commits
+        of that moment in one transaction (a search catches up itself meanwhile, so it never
+        misses one); then checkpoint the WAL, which the committing threads leave to this one
+        (a commit that crosses ``wal_autocheckpoint`` stalled for milliseconds)."""
         while True:
-            self._search_due.wait()
-            if self._stopping or self._stopped.wait(SEARCH_FOLLOW_SECONDS):
+            self._upkeep_due.wait()
+            if self._stopping or self._stopped.wait(UPKEEP_SECONDS):
                 return
-            self._search_due.clear()
+            self._upkeep_due.clear()
             try:
                 search_index_catch_up()
+                wal_checkpoint()
             except Exception:
-                logger.exception("search index catch-up failed")
+                logger.exception("SQLite upkeep failed")
             finally:
                 close_old_connections()
 
@@ -806,6 +811,15 @@ pipeline = Pipeline()
 def pipeline_connect() -> None:
     """Wake the pipeline after every commit of published (not imported) messages."""
     bus.subscribe_batches(pipeline.on_commit)
+
+
+def _cursor_move(*, cluster_id: str, after: int, to: int) -> bool:
+    """``pipeline_cursor_move`` under the cluster's delivery lock, which this process's
+    publishers to the cluster hold across their write transactions: on SQLite the two take
+    turns on that lock instead of meeting on the database's, where the one that waits sleeps a
+    millisecond or more (docs/decisions/0314)."""
+    with bus.ordered_commit(cluster_id):
+        return pipeline_cursor_move(cluster_id=cluster_id, after=after, to=to)
 
 
 def batch_messages(batch: Batch, topics: Sequence[str]) -> list[MessageRecord]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -561,6 +562,16 @@ def pipeline_cursor_move(*, cluster_id: str, after: int, to: int) -> bool:
     return moved == 1
 
 
+def wal_checkpoint() -> None:
+    """SQLite: copy what the WAL holds into the database file, as far as no reader still
+    needs it (``PASSIVE``: no writer waits for it). Nothing elsewhere."""
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        cursor.fetchall()
+
+
 # --- writes ------------------------------------------------------------------------------
 
 
@@ -733,6 +744,25 @@ def _qmark(sql: str) -> str:
     return sql.replace("%s", "?")
 
 
+# SQLite writes one transaction at a time, and a connection that finds the database locked
+# sleeps a millisecond or more before it looks again. This process's frequent writers (the
+# publishes' transactions) and its long one (the search index's catch-up) take turns here
+# first, handing the database over at once (docs/decisions/0314).
+_sqlite_writers = threading.Lock()
+
+
+@contextmanager
+def sqlite_write_turn(db: BaseDatabaseWrapper) -> Iterator[None]:
+    """Hold this process's turn to write (SQLite, outside any transaction): around a write
+    transaction's ``BEGIN`` to its end. Nothing elsewhere, or inside a transaction, which may
+    already hold the database's lock that the turn's holder waits for."""
+    if db.vendor != "sqlite" or db.in_atomic_block:
+        yield
+        return
+    with _sqlite_writers:
+        yield
+
+
 @contextmanager
 def driver_transaction() -> Iterator[WriteCursor | None]:
     """A durable write transaction on the database driver's connection, begun and committed
@@ -750,7 +780,7 @@ def driver_transaction() -> Iterator[WriteCursor | None]:
         yield None
         return
     db.ensure_connection()
-    with db.wrap_database_errors:
+    with sqlite_write_turn(db), db.wrap_database_errors:
         cursor = _driver_cursor(db)
         # Its statements are never prepared: BEGIN, ROLLBACK and COMMIT ask nothing else.
         control = WriteCursor(cursor, db=db, driver=True)

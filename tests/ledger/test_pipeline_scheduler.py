@@ -228,3 +228,76 @@ def test_a_servers_scheduler_brings_the_search_index_up_to_the_commits() -> None
             pipeline.stop()
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('integrity-check')")
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_a_servers_scheduler_checkpoints_the_wal_off_the_committing_thread() -> None:
+    """A commit checkpoints itself only past 10,000 pages; a server's upkeep copies the WAL
+    into the database file shortly after commits (docs/decisions/0314)."""
+    import sqlite3
+
+    from django.conf import settings
+
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_autocheckpoint")
+        assert cursor.fetchone()[0] == 10_000
+    path = settings.DATABASES["default"]["TEST"]["NAME"]
+
+    def in_the_file() -> int:
+        # The database file alone, without its WAL: what checkpoints have copied there.
+        reader = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        try:
+            (count,) = reader.execute(
+                "SELECT count(*) FROM ledger_message WHERE cluster_id = 'c'"
+            ).fetchone()
+            return int(count)
+        finally:
+            reader.close()
+
+    cid = cluster_create(cluster_id="c").id
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the tables, into the file
+    with override_settings(PIPELINE_MODE="off"):
+        for _ in range(5):
+            publish(cid)
+    assert in_the_file() == 0  # committed to the WAL only
+    with override_settings(PIPELINE_MODE="thread", PIPELINE_SWEEP_SECONDS=60):
+        try:
+            publish(cid)
+            wait_until(lambda: in_the_file() == 6)
+        finally:
+            pipeline.stop()
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_publishes_and_the_index_catch_up_take_turns_to_write_in_one_process() -> None:
+    """On SQLite this process's publishes and the index's catch-up wait for each other on one
+    lock, not on the database's (where a waiter sleeps a millisecond or more)."""
+    from django.db import close_old_connections
+
+    from ledger.search import search_index_catch_up
+    from ledger.statements import sqlite_write_turn
+
+    cid = cluster_create(cluster_id="c").id
+    done: list[str] = []
+
+    def publisher() -> None:
+        try:
+            publish(cid)
+            done.append("published")
+            done.append(f"indexed {search_index_catch_up()}")
+        finally:
+            close_old_connections()
+
+    with override_settings(PIPELINE_MODE="off"):
+        with sqlite_write_turn(connection):
+            thread = threading.Thread(target=publisher)
+            thread.start()
+            thread.join(0.3)
+            # The publish waits for the turn, before its transaction begins.
+            assert done == []
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM ledger_message")
+                assert cursor.fetchone()[0] == 0
+        thread.join(10)
+    assert done == ["published", "indexed 1"]
