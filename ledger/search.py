@@ -26,7 +26,6 @@ from django.db.models.expressions import RawSQL
 
 from ledger.models import Message
 from ledger.records import MATCH_END, MATCH_START
-from ledger.statements import sqlite_write_turn
 
 FTS_TABLE: Final = "ledger_message_search"
 TEXT_VIEW: Final = "ledger_message_text"
@@ -184,11 +183,7 @@ def search_index_catch_up(*, using: str = "default", rows: int = CATCH_UP_ROWS) 
     while True:
         # ``transaction_mode`` IMMEDIATE: the progress is read under the write lock, so two
         # catch-ups (threads, processes) never index a message twice.
-        with (
-            sqlite_write_turn(connection),
-            transaction.atomic(using=using),
-            connection.cursor() as cursor,
-        ):
+        with transaction.atomic(using=using), connection.cursor() as cursor:
             cursor.execute(_SQLITE_NEXT_UPTO, [rows])
             upto, count = cursor.fetchone()
             if upto is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -32,6 +31,7 @@ from ledger.frozen import frozen
 from ledger.labels import labels_stored
 from ledger.models import Cluster, ClusterConfigVersion, Message
 from ledger.records import JSON, ClusterRecord, ConfigVersionRecord, MessageRecord
+from ledger.write_turn import sqlite_write_turn
 
 # What a filter asks of one column: (field, operator); the value is a parameter.
 Term = tuple[str, str]
@@ -742,25 +742,6 @@ def _driver_cursor(db: BaseDatabaseWrapper) -> Any:
 def _qmark(sql: str) -> str:
     # Our statements hold no literal ``%``: every ``%s`` is a parameter.
     return sql.replace("%s", "?")
-
-
-# SQLite writes one transaction at a time, and a connection that finds the database locked
-# sleeps a millisecond or more before it looks again. This process's frequent writers (the
-# publishes' transactions) and its long one (the search index's catch-up) take turns here
-# first, handing the database over at once (docs/decisions/0314).
-_sqlite_writers = threading.Lock()
-
-
-@contextmanager
-def sqlite_write_turn(db: BaseDatabaseWrapper) -> Iterator[None]:
-    """Hold this process's turn to write (SQLite, outside any transaction): around a write
-    transaction's ``BEGIN`` to its end. Nothing elsewhere, or inside a transaction, which may
-    already hold the database's lock that the turn's holder waits for."""
-    if db.vendor != "sqlite" or db.in_atomic_block:
-        yield
-        return
-    with _sqlite_writers:
-        yield
 
 
 @contextmanager

@@ -153,7 +153,7 @@ def cluster(db: None) -> str:
 def subprocess_database_url() -> str:
     """The URL of the database pytest-django created, for a server or a script in a subprocess."""
     db = connection.settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         return "sqlite:///" + str(Path(db["NAME"]).resolve())
     if db["ENGINE"] == "django.db.backends.postgresql":
         auth = quote(db.get("USER") or "")

@@ -173,6 +173,8 @@ def _database() -> dict[str, Any]:
             ),
         }
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        # Django's, with this process's write transactions taking turns (docs/decisions/0314).
+        config["ENGINE"] = "ledger.sqlite_backend"
         # Connections live as long as their thread: the publish endpoints' database threads
         # keep theirs (ledger/threads.py), and so do the threads requests borrow
         # (zeroshot_web/handler.py).

@@ -276,7 +276,7 @@ def test_publishes_and_the_index_catch_up_take_turns_to_write_in_one_process() -
     from django.db import close_old_connections
 
     from ledger.search import search_index_catch_up
-    from ledger.statements import sqlite_write_turn
+    from ledger.write_turn import sqlite_write_turn
 
     cid = cluster_create(cluster_id="c").id
     done: list[str] = []
@@ -301,3 +301,55 @@ def test_publishes_and_the_index_catch_up_take_turns_to_write_in_one_process() -
                 assert cursor.fetchone()[0] == 0
         thread.join(10)
     assert done == ["published", "indexed 1"]
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_djangos_transactions_on_sqlite_take_the_turn_from_begin_to_their_end() -> None:
+    from django.db import close_old_connections, transaction
+
+    from ledger.write_turn import sqlite_write_turn
+
+    assert connection.settings_dict["ENGINE"] == "ledger.sqlite_backend"
+    cid = cluster_create(cluster_id="c").id
+    steps: list[str] = []
+
+    def writer(fail: bool) -> None:
+        try:
+            with transaction.atomic():
+                steps.append("began")
+                Cluster.objects.filter(pk=cid).update(labels={"k": "v"})
+                if fail:
+                    raise RuntimeError("rolled back")
+        except RuntimeError:
+            steps.append("rolled back")
+        finally:
+            close_old_connections()
+
+    for fail in (False, True):
+        steps.clear()
+        with sqlite_write_turn(connection):
+            thread = threading.Thread(target=writer, args=(fail,))
+            thread.start()
+            thread.join(0.3)
+            assert steps == []  # waits for the turn before its BEGIN
+        thread.join(10)
+        assert steps == (["began", "rolled back"] if fail else ["began"])
+        # and gave it back
+        assert turn_is_free()
+
+
+def turn_is_free() -> bool:
+    """Whether another thread could take the write turn now."""
+    from ledger import write_turn
+
+    free: list[bool] = []
+
+    def look() -> None:
+        free.append(write_turn._turn.acquire(blocking=False))
+        if free[0]:
+            write_turn._turn.release()
+
+    thread = threading.Thread(target=look)
+    thread.start()
+    thread.join(10)
+    return free == [True]
