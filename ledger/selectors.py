@@ -330,8 +330,8 @@ def clusters_holding_topic(*, cluster_ids: Sequence[str], topic: str) -> set[str
     index ``msg_cluster_topic`` a cluster, however many such messages each holds."""
     found: set[str] = set()
     ids = sorted(set(cluster_ids))
+    held = Message.objects.filter(cluster_id=OuterRef("pk"), topic=topic)
     for start in range(0, len(ids), CLUSTERS_PER_QUERY):
-        held = Message.objects.filter(cluster_id=OuterRef("pk"), topic=topic)
         found.update(
             Cluster.objects.filter(pk__in=ids[start : start + CLUSTERS_PER_QUERY])
             .filter(Exists(held))
