@@ -71,6 +71,9 @@ RETRY_CAP_SECONDS = 30.0
 READ_POLL_SECONDS = 0.02
 # How long a woken cluster waits for more commits before its turn (docs/decisions/0178).
 GATHER_SECONDS = 0.002
+# The least time between the starts of two turns of a cluster that commits keep waking (a
+# stream of commits): one turn per moment of it (docs/decisions/0315).
+STREAM_GATHER_SECONDS = 0.01
 # How long after a commit SQLite's search index catches up and its WAL is checkpointed
 # (docs/decisions/0313, 0314).
 UPKEEP_SECONDS = 0.05
@@ -371,8 +374,9 @@ class Pipeline:
         with self._guard:
             self._failures.pop(cluster_id, None)
 
-    def wake(self, cluster_id: str) -> None:
-        """A commit happened in ``cluster_id``: run the pipeline now, or tell the scheduler."""
+    def wake(self, cluster_id: str, *, reader: bool = False) -> None:
+        """A commit happened in ``cluster_id`` (or, with ``reader``, a read waits for its
+        pipeline): run the pipeline now, or tell the scheduler."""
         mode = settings.PIPELINE_MODE
         if mode == "inline":
             self.run(cluster_id)
@@ -382,7 +386,11 @@ class Pipeline:
                 # A turn that a stopped scheduler lets finish: its commits must not start a new
                 # one (a test's teardown, a server's exit); the next sweep catches up.
                 return
-            self.start().wake(cluster_id)
+            scheduler = self.start()
+            if reader:
+                scheduler.hurry(cluster_id)
+            else:
+                scheduler.wake(cluster_id)
 
     def on_commit(self, batch: tuple[MessageRecord, ...]) -> None:
         """The bus subscription: a committed batch of published messages wakes its cluster."""
@@ -405,7 +413,7 @@ class Pipeline:
         target = first[0]
         wait = float(settings.PIPELINE_READ_WAIT_SECONDS if timeout is None else timeout)
         deadline = time.monotonic() + wait
-        self.wake(cluster_id)
+        self.wake(cluster_id, reader=True)
         while True:
             at = Cluster.objects.filter(pk=cluster_id).values_list("pipeline_sequence", flat=True)
             cursor = at.first()
@@ -594,6 +602,11 @@ class _Scheduler:
         self._queued: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
+        # When each cluster's last turn started, until it is gathered again (a stream's turns
+        # are spaced from it).
+        self._turned_at: dict[str, float] = {}
+        # Clusters on a worker that a reader waits for: their next turn is not spaced.
+        self._hurried: set[str] = set()
         self._waiting: dict[str, float] = {}
         # Clusters woken by a commit, queued once ``GATHER_SECONDS`` have passed.
         self._gathering: dict[str, float] = {}
@@ -645,7 +658,9 @@ class _Scheduler:
     def wake(self, cluster_id: str) -> None:
         """A commit in ``cluster_id``: its turn comes after ``GATHER_SECONDS``, so that the
         commits of that moment share one turn (one read, one cursor move) instead of a turn
-        each; a cluster on a worker goes round again the same way after its turn."""
+        each; a cluster on a worker goes round again the same way after its turn. A cluster
+        whose last turn started less than ``STREAM_GATHER_SECONDS`` ago (a stream of commits)
+        waits until then: one turn per moment of the stream (docs/decisions/0315)."""
         if not self._upkeep_due.is_set():
             self._upkeep_due.set()
         with self._cond:
@@ -654,14 +669,32 @@ class _Scheduler:
             else:
                 self._gather(cluster_id)
 
-    def _gather(self, cluster_id: str) -> None:
+    def hurry(self, cluster_id: str) -> None:
+        """A reader waits for ``cluster_id``'s pipeline (``Pipeline.caught_up``): its turn
+        comes after ``GATHER_SECONDS``, as a woken cluster's, even in a stream of commits."""
+        with self._cond:
+            if cluster_id in self._busy:
+                self._again.add(cluster_id)
+                self._hurried.add(cluster_id)
+                return
+            due = self._gathering.get(cluster_id)
+            if due is not None and due > time.monotonic() + GATHER_SECONDS:
+                del self._gathering[cluster_id]  # its entry in ``_delayed`` is then ignored
+            self._gather(cluster_id, spaced=False)
+
+    def _gather(self, cluster_id: str, *, spaced: bool = True) -> None:
         """Queue a cluster after ``GATHER_SECONDS`` (under the condition), unless it is queued,
-        waiting or gathering already."""
-        if not self._held(cluster_id) and cluster_id not in self._gathering:
-            due = time.monotonic() + GATHER_SECONDS
-            self._gathering[cluster_id] = due
-            heapq.heappush(self._delayed, (due, cluster_id))
-            self._cond.notify()
+        waiting or gathering already; when ``spaced``, not before ``STREAM_GATHER_SECONDS``
+        after its last turn started."""
+        if self._held(cluster_id) or cluster_id in self._gathering:
+            return
+        due = time.monotonic() + GATHER_SECONDS
+        turned_at = self._turned_at.pop(cluster_id, None)
+        if spaced and turned_at is not None:
+            due = max(due, turned_at + STREAM_GATHER_SECONDS)
+        self._gathering[cluster_id] = due
+        heapq.heappush(self._delayed, (due, cluster_id))
+        self._cond.notify()
 
     def _held(self, cluster_id: str) -> bool:
         return cluster_id in self._queued or cluster_id in self._waiting
@@ -706,6 +739,7 @@ class _Scheduler:
                 cluster_id = self._ready.popleft()
                 self._queued.discard(cluster_id)
                 self._busy.add(cluster_id)
+                self._turned_at[cluster_id] = now
                 return cluster_id
             self._cond.wait(self._delayed[0][0] - now if self._delayed else None)
         return None
@@ -751,8 +785,12 @@ class _Scheduler:
                     # Round again (more to do, or woken during its turn): it gathers like a
                     # woken cluster, so the queue keeps the order in which clusters became
                     # ready (one back from its turn never passes one woken meanwhile), and
-                    # what commits meanwhile shares its next turn.
-                    self._gather(cluster_id)
+                    # what commits meanwhile shares its next turn. Woken during its turn, it
+                    # is a stream: its next turn is spaced from this one's start, unless a
+                    # reader waits for it; a backlog's turns are not.
+                    spaced = not turn.more and cluster_id not in self._hurried
+                    self._gather(cluster_id, spaced=spaced)
+                self._hurried.discard(cluster_id)
 
     def _sweep(self) -> None:
         try:
@@ -770,6 +808,9 @@ class _Scheduler:
             finally:
                 close_old_connections()
             with self._cond:
+                # A turn further back than a stream's spacing spaces nothing: forgotten.
+                since = time.monotonic() - STREAM_GATHER_SECONDS
+                self._turned_at = {c: at for c, at in self._turned_at.items() if at > since}
                 for cluster_id in lagging:
                     # A cluster on a worker lags by its own turn, and goes round after it
                     # while it has more: marking it again would only delay it.

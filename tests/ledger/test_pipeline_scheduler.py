@@ -204,6 +204,121 @@ def test_the_commits_of_one_moment_share_one_turn(
     assert turns.batches == [("a", 3)]
 
 
+@dataclass
+class TimedTurns:
+    """Records each batch it is offered with when: (cluster, how many messages, monotonic)."""
+
+    name: str = "timed-turns"
+    batches: list[tuple[str, int, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    entered: threading.Event = field(default_factory=threading.Event)
+    gate: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
+
+    def plan(self, batch: Batch) -> None:
+        with self.lock:
+            self.batches.append((batch.cluster.id, len(batch.messages), time.monotonic()))
+        self.entered.set()
+        assert self.gate.wait(timeout=10)
+
+
+@pytest.fixture
+def timed_turns(monkeypatch: pytest.MonkeyPatch) -> Iterator[TimedTurns]:
+    """A recording stage, in a server's pipeline whose stream spacing is a long 1.5 s."""
+    import ledger.pipeline
+
+    monkeypatch.setattr(ledger.pipeline, "STREAM_GATHER_SECONDS", 1.5)
+    stage = TimedTurns()
+    pipeline.register(stage, order=50)
+    with override_settings(PIPELINE_MODE="thread", PIPELINE_SWEEP_SECONDS=60):
+        try:
+            yield stage
+        finally:
+            pipeline.stop()
+            pipeline.unregister(stage)
+
+
+def test_a_stream_of_commits_gets_one_turn_per_moment(timed_turns: TimedTurns) -> None:
+    # given a cluster whose first message has had its turn
+    cluster_create(cluster_id="a")
+    publish("a")
+    wait_until(lambda: cursor("a") == 1)
+    # when three more come 20 ms apart, each far past a woken cluster's gathering of 2 ms
+    for _ in range(3):
+        time.sleep(0.02)
+        publish("a")
+    wait_until(lambda: cursor("a") == 4)
+    # then they shared one turn, which started the stream's spacing after the first one's
+    # (each seen at its plan, a read or two after its start)
+    sizes = [(cid, size) for cid, size, _ in timed_turns.batches]
+    assert sizes == [("a", 1), ("a", 3)]
+    first, second = (at for _, _, at in timed_turns.batches)
+    assert second - first >= 1.4
+    # and a cluster woken after a quiet moment longer than the spacing is not held back
+    time.sleep(0.2)
+    timed_turns.batches.clear()
+    cluster_create(cluster_id="b")
+    published = time.monotonic()
+    publish("b")
+    wait_until(lambda: cursor("b") == 1)
+    assert timed_turns.batches[0][2] - published < 1.0
+
+
+def test_a_backlog_is_not_spaced_like_a_stream(timed_turns: TimedTurns) -> None:
+    # given 30 messages that no run has seen
+    with override_settings(PIPELINE_MODE="off"):
+        cluster_create(cluster_id="a")
+        for _ in range(30):
+            publish("a")
+    # when the pipeline runs them in turns of 10
+    started = time.monotonic()
+    with override_settings(PIPELINE_TURN_MESSAGES=10):
+        pipeline.wake("a")
+        wait_until(lambda: cursor("a") == 30)
+    # then each turn with more to do followed the last at once, not 1.5 s later
+    assert [size for _, size, _ in timed_turns.batches] == [10, 10, 10]
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_reader_is_not_held_back_by_a_streams_spacing(timed_turns: TimedTurns) -> None:
+    # given a cluster that has just had a turn, and a message published since
+    cluster_create(cluster_id="a")
+    publish("a")
+    wait_until(lambda: cursor("a") == 1)
+    publish("a")
+    # when a read waits for the pipeline
+    started = time.monotonic()
+    assert pipeline.caught_up("a") is True
+    # then the turn came after a woken cluster's gathering, not the stream's spacing
+    assert time.monotonic() - started < 1.0
+    assert cursor("a") == 2
+
+
+def test_a_reader_is_not_held_back_when_the_cluster_is_on_a_worker(
+    timed_turns: TimedTurns,
+) -> None:
+    # given a cluster whose turn is under way, and a message published during it
+    cluster_create(cluster_id="a")
+    timed_turns.gate.clear()
+    publish("a")
+    assert timed_turns.entered.wait(timeout=10)
+    publish("a")
+    # when a read waits for the pipeline while that turn is still running
+    read: list[bool] = []
+    reader = threading.Thread(target=lambda: read.append(pipeline.caught_up("a")))
+    reader.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    timed_turns.gate.set()
+    reader.join(timeout=10)
+    # then the next turn came at once after it, not the stream's spacing after its start
+    assert read == [True]
+    assert time.monotonic() - started < 1.0
+    assert [size for _, size, _ in timed_turns.batches] == [1, 1]
+
+
 @pytest.mark.skipif("connection.vendor != 'sqlite'")
 def test_a_servers_scheduler_brings_the_search_index_up_to_the_commits() -> None:
     """SQLite's index follows the commits in the background (docs/decisions/0313): the words
