@@ -135,12 +135,13 @@ def test_a_schema_that_refers_to_itself_without_end_is_refused_not_raised() -> N
 def test_unique_items_of_a_large_array_of_objects_is_linear() -> None:
     # Pair by pair, 20,000 objects take 200 million comparisons: minutes.
     items: list[Any] = [{"n": n} for n in range(20_000)]
-    started = time.process_time()
+    started = time.thread_time()
 
     unique = schema_issues(items, {"uniqueItems": True}, limit=10, time_limit=60)
     repeated = schema_issues([*items, {"n": 5.0}], {"uniqueItems": True}, limit=10, time_limit=60)
 
-    assert time.process_time() - started < 2.0
+    # This thread's CPU: far above a linear check's on a slow machine, far below minutes.
+    assert time.thread_time() - started < 10.0
     assert unique == ()
     assert "non-unique" in repeated[0].message
 
