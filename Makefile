@@ -54,7 +54,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy .
 
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=15
 SQLITE_ENV := env -u DATABASE_URL -u REDIS_URL
 POSTGRES_ENV := env DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_URL_TEST)
 ARTIFACTS := test-artifacts
