@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -617,21 +617,26 @@ class _Scheduler:
         # look at each thread on every commit (a fork leaves the child without them).
         self._ended = 0
         self._pid = os.getpid()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"ledger-pipeline-{n}", daemon=True)
-            for n in range(workers)
-        ]
-        self._threads.append(
-            threading.Thread(target=self._sweep, name="ledger-pipeline-sweep", daemon=True)
-        )
+        self._threads = [self._thread(self._turns, f"ledger-pipeline-{n}") for n in range(workers)]
+        self._threads.append(self._thread(self._sweeps, "ledger-pipeline-sweep"))
         # SQLite's upkeep shortly after commits: its search index follows them, in batches
         # (docs/decisions/0313), and its WAL is checkpointed (0314). Set by a commit, cleared
         # when the upkeep takes it.
         self._upkeep_due = threading.Event()
         if connections[DEFAULT_DB_ALIAS].vendor == "sqlite":
-            self._threads.append(
-                threading.Thread(target=self._upkeep, name="ledger-sqlite-upkeep", daemon=True)
-            )
+            self._threads.append(self._thread(self._upkeeps, "ledger-sqlite-upkeep"))
+
+    def _thread(self, loop: Callable[[], None], name: str) -> threading.Thread:
+        """A daemon thread running ``loop``, counted in ``_ended`` once the loop ends."""
+
+        def run() -> None:
+            try:
+                loop()
+            finally:
+                with self._cond:
+                    self._ended += 1
+
+        return threading.Thread(target=run, name=name, daemon=True)
 
     def start(self) -> None:
         self._pid = os.getpid()
@@ -640,10 +645,6 @@ class _Scheduler:
 
     def alive(self) -> bool:
         return not self._stopping and self._ended == 0 and self._pid == os.getpid()
-
-    def _ending(self) -> None:
-        with self._cond:
-            self._ended += 1
 
     def stop(self, timeout: float) -> None:
         with self._cond:
@@ -748,12 +749,6 @@ class _Scheduler:
     def stopping(self) -> bool:
         return self._stopping
 
-    def _work(self) -> None:
-        try:
-            self._turns()
-        finally:
-            self._ending()
-
     def _turns(self) -> None:
         _current.scheduler = self
         while True:
@@ -792,12 +787,6 @@ class _Scheduler:
                     self._gather(cluster_id, spaced=spaced)
                 self._hurried.discard(cluster_id)
 
-    def _sweep(self) -> None:
-        try:
-            self._sweeps()
-        finally:
-            self._ending()
-
     def _sweeps(self) -> None:
         while not self._stopping:
             try:
@@ -820,12 +809,6 @@ class _Scheduler:
             # process): indexed within a sweep.
             self._upkeep_due.set()
             self._stopped.wait(self._sweep_seconds)
-
-    def _upkeep(self) -> None:
-        try:
-            self._upkeeps()
-        finally:
-            self._ending()
 
     def _upkeeps(self) -> None:
         """``UPKEEP_SECONDS`` after a commit woke it: catch the search index up, the commits
